@@ -1,0 +1,135 @@
+//! Command-line arguments, parsed by clap and then validated into typed values.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "gpuq", version, about = "Embedded time-series store and SQL shell for GPU profiling traces")]
+pub struct Cli {
+    /// Store directory [default: $GPUQ_STORE, else the user's data directory]
+    #[arg(long, global = true, env = "GPUQ_STORE")]
+    pub store: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ingest trace files (or directories of rank files) into the store
+    Ingest {
+        /// Trace files or directories
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Run name [default: derived from each file name]
+        #[arg(long)]
+        run: Option<String>,
+        /// Tag the run: KEY=VALUE (repeatable)
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+        /// Input format
+        #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+        format: InputFormat,
+        /// Replace the run if it exists (also re-ingests files already stored)
+        #[arg(long)]
+        replace: bool,
+        /// Print nothing but errors
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Run SQL statements and print their results (for scripts and CI)
+    Query {
+        /// SQL text; several statements separated by ';'
+        sql: Option<String>,
+        /// Read SQL from a file ('-' for standard input)
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Interactive SQL shell (reads statements from standard input when it is not a terminal)
+    Sql {
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// List, remove or tag runs
+    Runs {
+        #[command(subcommand)]
+        action: Option<RunsAction>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Generate a multi-step training trace, ingest it, and show where the GPU time goes
+    Demo {
+        /// Profiler steps to generate
+        #[arg(long, default_value_t = 20)]
+        steps: u32,
+    },
+    /// Write a synthetic Kineto trace (for tests and benchmarks)
+    Generate {
+        /// Output file ('.gz' / '.zst' suffix compresses)
+        output: PathBuf,
+        /// Approximate size of the JSON in bytes (e.g. 1000000000)
+        #[arg(long)]
+        bytes: Option<u64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Distributed rank to record in the trace
+        #[arg(long)]
+        rank: Option<i32>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Remove a run and its files
+    Rm { run: String },
+    /// Set tags on a run: KEY=VALUE ... (an empty VALUE removes the tag)
+    Tag {
+        run: String,
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    Auto,
+    Kineto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Csv,
+    Json,
+    Ndjson,
+    Markdown,
+}
+
+impl OutputFormat {
+    pub fn parse(s: &str) -> Option<OutputFormat> {
+        <OutputFormat as ValueEnum>::from_str(s, true).ok()
+    }
+}
+
+/// `KEY=VALUE` -> (KEY, VALUE); keys are `[A-Za-z0-9._-]+`.
+pub fn parse_tag(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("tag {s:?} is not KEY=VALUE"))?;
+    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err(format!("tag key {k:?} must be letters, digits, '.', '_' or '-'"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Where the store lives: `--store`, `$GPUQ_STORE`, else `$XDG_DATA_HOME/gpuq` or
+/// `~/.local/share/gpuq`.
+pub fn store_dir(flag: Option<PathBuf>) -> PathBuf {
+    if let Some(p) = flag {
+        return p;
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("gpuq");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/share/gpuq")
+}

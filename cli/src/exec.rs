@@ -1,0 +1,66 @@
+//! Running SQL text: statements split by the SQL parser, executed one by one.
+
+use crate::args::OutputFormat;
+use crate::output;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::execution::context::SessionContext;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::sql::parser::{DFParser, Statement};
+use std::io::Write;
+use std::time::Instant;
+
+/// One line of an error: DataFusion messages can carry newlines and backtraces.
+pub fn one_line(e: &dyn std::fmt::Display) -> String {
+    let s = e.to_string();
+    let s = s.split("\n\nbacktrace").next().unwrap_or(&s);
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Splits SQL text into statements (quotes and comments respected).
+pub fn split_statements(sql: &str) -> Result<Vec<Statement>, String> {
+    let statements = DFParser::parse_sql(sql).map_err(|e| one_line(&e))?;
+    Ok(statements.into_iter().collect())
+}
+
+/// Runs one statement and collects its result.
+pub async fn run_statement(ctx: &SessionContext, stmt: Statement) -> datafusion::error::Result<(SchemaRef, Vec<RecordBatch>)> {
+    let plan = ctx.state().statement_to_plan(stmt).await?;
+    let df = ctx.execute_logical_plan(plan).await?;
+    let schema = df.schema().inner().clone();
+    let batches = df.collect().await?;
+    Ok((schema, batches))
+}
+
+/// Runs every statement of `sql`; prints results to `out` and errors to stderr.
+/// Returns the number of failed statements.
+pub async fn run_sql_text(ctx: &SessionContext, sql: &str, format: OutputFormat, timing: bool, out: &mut dyn Write) -> usize {
+    let statements = match split_statements(sql) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpuq: error: {e}");
+            return 1;
+        }
+    };
+    let mut failed = 0;
+    for stmt in statements {
+        let started = Instant::now();
+        match run_statement(ctx, stmt).await {
+            Ok((schema, batches)) => {
+                if let Err(e) = output::write_batches(out, format, &schema, &batches) {
+                    eprintln!("gpuq: error: {}", one_line(&e));
+                    failed += 1;
+                }
+                if timing {
+                    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                    eprintln!("{rows} row(s) in {:.3} s", started.elapsed().as_secs_f64());
+                }
+            }
+            Err(e) => {
+                eprintln!("gpuq: error: {}", one_line(&e));
+                failed += 1;
+            }
+        }
+    }
+    let _ = out.flush();
+    failed
+}

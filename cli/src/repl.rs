@@ -1,0 +1,312 @@
+//! The interactive SQL shell.
+
+use crate::args::OutputFormat;
+use crate::exec::{one_line, run_sql_text};
+use crate::meta::{self, Meta};
+use datafusion::execution::context::SessionContext;
+use rustyline::completion::{Completer, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::history::DefaultHistory;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Context, Editor, Helper};
+use std::fs::File;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+
+/// State of a shell session.
+pub struct Shell {
+    pub ctx: SessionContext,
+    pub format: OutputFormat,
+    pub timing: bool,
+    pub output: Option<(String, File)>,
+    pub errors: usize,
+}
+
+/// What to do after a line.
+enum Flow {
+    Continue,
+    Quit,
+}
+
+impl Shell {
+    pub fn new(ctx: SessionContext, format: OutputFormat) -> Shell {
+        Shell { ctx, format, timing: false, output: None, errors: 0 }
+    }
+
+    async fn run_sql(&mut self, sql: &str, interactive: bool) {
+        let format = self.format;
+        let timing = self.timing;
+        let ctx = self.ctx.clone();
+        let mut stdout = std::io::stdout();
+        let out: &mut dyn Write = match &mut self.output {
+            Some((_, f)) => f,
+            None => &mut stdout,
+        };
+        if interactive {
+            // Ctrl-C cancels the statement (dropping the future stops its streams) and keeps the shell.
+            tokio::select! {
+                failed = run_sql_text(&ctx, sql, format, timing, out) => self.errors += failed,
+                _ = tokio::signal::ctrl_c() => eprintln!("cancelled"),
+            }
+        } else {
+            self.errors += run_sql_text(&ctx, sql, format, timing, out).await;
+        }
+    }
+
+    async fn meta(&mut self, line: &str, interactive: bool) -> Flow {
+        let m = match meta::parse(line) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("gpuq: error: {e}");
+                self.errors += 1;
+                return Flow::Continue;
+            }
+        };
+        match m {
+            Meta::Quit => return Flow::Quit,
+            Meta::Help => println!("{}", meta::HELP),
+            Meta::Runs => {
+                let sql = "SELECT run, format, ranks, gpus, events, kernels, span, tags, imported_at FROM runs ORDER BY run;";
+                self.run_sql(sql, interactive).await
+            }
+            Meta::Tables => {
+                let sql = "SELECT table_name, table_type FROM information_schema.tables \
+                           WHERE table_schema = 'public' ORDER BY table_type, table_name;";
+                self.run_sql(sql, interactive).await
+            }
+            Meta::Describe(t) => {
+                let t = t.replace('\'', "''");
+                let sql = format!(
+                    "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
+                     WHERE table_schema = 'public' AND table_name = '{t}' ORDER BY ordinal_position;"
+                );
+                let known = self.ctx.table_exist(t.as_str()).unwrap_or(false);
+                if known {
+                    self.run_sql(&sql, interactive).await
+                } else {
+                    eprintln!("gpuq: error: no table or view named {t:?} (\\tables lists them)");
+                    self.errors += 1;
+                }
+            }
+            Meta::Timing(v) => {
+                self.timing = v.unwrap_or(!self.timing);
+                eprintln!("timing is {}", if self.timing { "on" } else { "off" });
+            }
+            Meta::Format(f) => match OutputFormat::parse(&f) {
+                Some(f) => self.format = f,
+                None => {
+                    eprintln!("gpuq: error: unknown format {f:?} (table, csv, json, ndjson, markdown)");
+                    self.errors += 1;
+                }
+            },
+            Meta::Output(None) => self.output = None,
+            Meta::Output(Some(path)) => match File::create(&path) {
+                Ok(f) => self.output = Some((path, f)),
+                Err(e) => {
+                    eprintln!("gpuq: error: {path}: {e}");
+                    self.errors += 1;
+                }
+            },
+            Meta::Include(path) => match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    if let Flow::Quit = Box::pin(self.run_script(&text, interactive)).await {
+                        return Flow::Quit;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("gpuq: error: {path}: {e}");
+                    self.errors += 1;
+                }
+            },
+        }
+        Flow::Continue
+    }
+
+    /// Runs a script: meta-command lines and `;`-terminated SQL statements.
+    async fn run_script(&mut self, text: &str, interactive: bool) -> Flow {
+        let mut buffer = String::new();
+        for line in text.lines() {
+            if buffer.trim().is_empty() && line.trim_start().starts_with('\\') {
+                if let Flow::Quit = self.meta(line, interactive).await {
+                    return Flow::Quit;
+                }
+                continue;
+            }
+            buffer.push_str(line);
+            buffer.push('\n');
+            if statement_complete(&buffer) {
+                let sql = std::mem::take(&mut buffer);
+                self.run_sql(&sql, interactive).await;
+            }
+        }
+        if !buffer.trim().is_empty() {
+            self.run_sql(&buffer, interactive).await;
+        }
+        Flow::Continue
+    }
+}
+
+/// A statement is complete when its last non-blank character, outside quotes and comments, is `;`.
+pub fn statement_complete(text: &str) -> bool {
+    let mut in_single = false;
+    let mut in_double = false;
+    let mut last = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' if !in_double => in_single = !in_single,
+            '"' if !in_single => in_double = !in_double,
+            '-' if !in_single && !in_double && chars.peek() == Some(&'-') => {
+                // line comment
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        if !c.is_whitespace() {
+            last = Some((c, in_single || in_double));
+        }
+    }
+    matches!(last, Some((';', false))) && !in_single && !in_double
+}
+
+/// Completion of table, view, column and function names; `;`-terminated multi-line input.
+struct GpuqHelper {
+    words: Vec<String>,
+}
+
+impl Completer for GpuqHelper {
+    type Candidate = Pair;
+    fn complete(&self, line: &str, pos: usize, _ctx: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let start = line[..pos]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\\'))
+            .map_or(0, |i| i + 1);
+        let prefix = line[start..pos].to_ascii_lowercase();
+        if prefix.is_empty() {
+            return Ok((start, Vec::new()));
+        }
+        let mut out: Vec<Pair> = self
+            .words
+            .iter()
+            .filter(|w| w.to_ascii_lowercase().starts_with(&prefix))
+            .map(|w| Pair { display: w.clone(), replacement: w.clone() })
+            .collect();
+        out.dedup_by(|a, b| a.replacement == b.replacement);
+        Ok((start, out))
+    }
+}
+
+impl Hinter for GpuqHelper {
+    type Hint = String;
+}
+impl Highlighter for GpuqHelper {}
+impl Helper for GpuqHelper {}
+
+impl Validator for GpuqHelper {
+    fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
+        let input = ctx.input();
+        let t = input.trim();
+        if t.is_empty() || t.starts_with('\\') || statement_complete(input) {
+            Ok(ValidationResult::Valid(None))
+        } else {
+            Ok(ValidationResult::Incomplete)
+        }
+    }
+}
+
+const KEYWORDS: &[&str] = &[
+    "SELECT", "FROM", "WHERE", "GROUP BY", "ORDER BY", "LIMIT", "JOIN", "ON", "AS", "AND", "OR", "NOT", "IN",
+    "LIKE", "DESC", "ASC", "HAVING", "WITH", "UNION", "DISTINCT", "EXPLAIN", "ANALYZE", "CASE", "WHEN", "THEN",
+    "ELSE", "END", "OVER", "PARTITION BY", "count", "sum", "avg", "min", "max",
+];
+
+async fn completion_words(ctx: &SessionContext) -> Vec<String> {
+    let mut words: Vec<String> = KEYWORDS.iter().map(|s| s.to_string()).collect();
+    words.extend(["\\runs", "\\tables", "\\d", "\\timing", "\\format", "\\o", "\\i", "\\help", "\\q"].map(String::from));
+    let sql = "SELECT DISTINCT table_name AS w FROM information_schema.tables WHERE table_schema = 'public' \
+               UNION SELECT DISTINCT column_name AS w FROM information_schema.columns WHERE table_schema = 'public'";
+    if let Ok((_, batches)) = crate::exec::run_statement(ctx, crate::exec::split_statements(sql).unwrap_or_default().remove(0)).await {
+        for b in batches {
+            let col = b.column(0);
+            let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &Default::default());
+            if let Ok(f) = formatter {
+                for i in 0..b.num_rows() {
+                    words.push(f.value(i).to_string());
+                }
+            }
+        }
+    }
+    let state = ctx.state();
+    words.extend(state.scalar_functions().keys().cloned());
+    words.extend(state.aggregate_functions().keys().cloned());
+    words.extend(state.window_functions().keys().cloned());
+    words.sort();
+    words.dedup();
+    words
+}
+
+fn history_path(store: &std::path::Path) -> PathBuf {
+    store.join("_history")
+}
+
+/// Runs the shell: interactive on a terminal, as a script otherwise. Returns the number of errors.
+pub async fn run(ctx: SessionContext, format: OutputFormat, store: &std::path::Path) -> anyhow::Result<usize> {
+    let mut shell = Shell::new(ctx, format);
+    if !std::io::stdin().is_terminal() {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        shell.run_script(&text, false).await;
+        return Ok(shell.errors);
+    }
+    let helper = GpuqHelper { words: completion_words(&shell.ctx).await };
+    let config = rustyline::Config::builder().auto_add_history(false).max_history_size(10_000)?.build();
+    let mut editor: Editor<GpuqHelper, DefaultHistory> = Editor::with_config(config)?;
+    editor.set_helper(Some(helper));
+    let history = history_path(store);
+    let _ = editor.load_history(&history);
+    println!("gpuq SQL shell. End statements with ';'. \\help for meta-commands, \\q to quit.");
+    loop {
+        match editor.readline("gpuq> ") {
+            Ok(line) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(line.as_str());
+                let _ = editor.save_history(&history);
+                if let Flow::Quit = shell.run_script(&line, true).await {
+                    break;
+                }
+            }
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => {
+                eprintln!("gpuq: error: {}", one_line(&e));
+                break;
+            }
+        }
+    }
+    let _ = editor.save_history(&history);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statement_complete;
+
+    #[test]
+    fn detects_complete_statements() {
+        assert!(statement_complete("SELECT 1;"));
+        assert!(statement_complete("SELECT 1;  \n"));
+        assert!(!statement_complete("SELECT 1"));
+        assert!(!statement_complete("SELECT ';'"));
+        assert!(!statement_complete("SELECT 'a;"));
+        assert!(statement_complete("SELECT 1 -- note\n;"));
+        assert!(!statement_complete("SELECT 1 -- done;"));
+    }
+}

@@ -1,0 +1,54 @@
+//! Errors of the storage engine.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading or writing a store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A run name that is not `[A-Za-z0-9._-]{1,128}` (or is `.`/`..`).
+    #[error("invalid run name {name:?}: {reason}")]
+    InvalidRunId { name: String, reason: &'static str },
+    /// The named run is not in the store.
+    #[error("no run named {0:?} in the store")]
+    UnknownRun(String),
+    /// An I/O error on a path of the store.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest file that does not parse.
+    #[error("corrupt manifest {}: {reason}", path.display())]
+    CorruptManifest { path: PathBuf, reason: String },
+    /// Another writer committed the version this writer wanted to create.
+    #[error("manifest version {0} was committed by another writer")]
+    Conflict(u64),
+    /// A batch that does not have the canonical schema.
+    #[error("batch does not match the {table} schema: {reason}")]
+    Schema { table: &'static str, reason: String },
+    /// Errors from Arrow / Parquet / DataFusion.
+    #[error(transparent)]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+}
+
+impl From<datafusion::arrow::error::ArrowError> for Error {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        Error::DataFusion(e.into())
+    }
+}
+
+impl From<datafusion::parquet::errors::ParquetError> for Error {
+    fn from(e: datafusion::parquet::errors::ParquetError) -> Self {
+        Error::DataFusion(e.into())
+    }
+}

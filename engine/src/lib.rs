@@ -1,0 +1,35 @@
+//! gpuq's storage engine.
+//!
+//! The store is a directory of immutable, zstd-compressed Parquet files plus a versioned
+//! manifest that says which files make up which run:
+//!
+//! ```text
+//! <store>/
+//!   events/run=<id>/part-<seq>.parquet     canonical events, sorted by (rank, device, stream, ts)
+//!   counters/run=<id>/part-<seq>.parquet   counter samples (memory, ...)
+//!   _manifest/<inverted version>.json      one immutable file per committed version
+//!   _staging/                              files being written; never read
+//!   _lock                                  single-writer advisory lock
+//! ```
+//!
+//! A run becomes visible only when a new manifest version naming its files is created with
+//! create-if-absent ([`store::StoreWriter::commit`]); a crash at any point leaves the previous
+//! version intact, and leftovers are removed by the next writer. Readers never take the lock:
+//! they read the newest manifest and see one consistent version.
+//!
+//! The engine knows nothing of trace formats: adapters hand it canonical Arrow batches
+//! ([`schema::events_schema`]) and the query layer reads it through [`provider::ManifestTable`].
+
+pub mod error;
+pub mod manifest;
+pub mod part;
+pub mod paths;
+pub mod provider;
+pub mod run_id;
+pub mod schema;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use manifest::{FileEntry, Manifest, RunMeta};
+pub use run_id::RunId;
+pub use store::{Store, StoreWriter};

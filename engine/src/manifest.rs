@@ -1,0 +1,146 @@
+//! The manifest: the complete, versioned list of runs and their files.
+//!
+//! Each committed version is a full snapshot (not a delta), so a reader needs exactly one file.
+//! At a few thousand files a snapshot is well under a megabyte of JSON.
+
+use crate::run_id::RunId;
+use crate::schema::TableKind;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One committed version of the store.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u64,
+    /// Next free sequence number for data file names; never reused.
+    pub next_file_seq: u64,
+    pub runs: BTreeMap<RunId, RunEntry>,
+    /// Files dropped by a commit, deleted once no reader can still be using them.
+    #[serde(default)]
+    pub tombstones: Vec<Tombstone>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunEntry {
+    pub meta: RunMeta,
+    pub files: Vec<FileEntry>,
+}
+
+/// A data file of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub table: TableKind,
+    /// Relative to the store root.
+    pub path: String,
+    pub size: u64,
+    pub rows: u64,
+    /// Min/max of the table's stat columns; `None` when every value is null.
+    pub stats: BTreeMap<String, Option<(i64, i64)>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tombstone {
+    pub path: String,
+    pub removed_at_ms: u64,
+}
+
+/// A source file that went into a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SourceFile {
+    pub path: String,
+    /// BLAKE3 of the file's bytes, hex.
+    pub hash: String,
+    pub bytes: u64,
+    pub rank: Option<i32>,
+    pub format: String,
+}
+
+/// A GPU of a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceInfo {
+    pub rank: Option<i32>,
+    pub id: i32,
+    pub name: String,
+}
+
+/// What the `runs` table shows about a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunMeta {
+    pub format: String,
+    pub sources: Vec<SourceFile>,
+    pub imported_at_ns: i64,
+    pub ranks: Vec<i32>,
+    pub world_size: Option<i64>,
+    pub devices: Vec<DeviceInfo>,
+    pub first_ts: Option<i64>,
+    pub last_ts: Option<i64>,
+    pub events: u64,
+    pub kernels: u64,
+    /// `true` when `ts` is nanoseconds since the Unix epoch, `false` when since trace start.
+    pub epoch_time: bool,
+    pub tags: BTreeMap<String, String>,
+    /// Trace metadata (framework / CUDA / NCCL versions, ...), secrets already redacted.
+    pub metadata: serde_json::Value,
+    /// Ingest warnings: message -> occurrences.
+    pub warnings: BTreeMap<String, u64>,
+}
+
+impl RunMeta {
+    /// Folds the metadata of another ingest into this run (used when appending to a run).
+    pub fn merge(&mut self, other: RunMeta) {
+        self.sources.extend(other.sources);
+        for r in other.ranks {
+            if !self.ranks.contains(&r) {
+                self.ranks.push(r);
+            }
+        }
+        self.ranks.sort_unstable();
+        for d in other.devices {
+            if !self.devices.contains(&d) {
+                self.devices.push(d);
+            }
+        }
+        self.world_size = self.world_size.or(other.world_size);
+        self.first_ts = min_opt(self.first_ts, other.first_ts);
+        self.last_ts = self.last_ts.max(other.last_ts);
+        self.events += other.events;
+        self.kernels += other.kernels;
+        for (k, v) in other.tags {
+            self.tags.entry(k).or_insert(v);
+        }
+        if self.metadata.is_null() {
+            self.metadata = other.metadata;
+        } else if let (Some(a), serde_json::Value::Object(b)) = (self.metadata.as_object_mut(), other.metadata) {
+            for (k, v) in b {
+                a.entry(k).or_insert(v);
+            }
+        }
+        for (k, v) in other.warnings {
+            *self.warnings.entry(k).or_default() += v;
+        }
+    }
+}
+
+fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Manifest {
+    /// The run whose sources include a file with this content hash, if any.
+    pub fn run_with_source_hash(&self, hash: &str) -> Option<&RunId> {
+        self.runs
+            .iter()
+            .find(|(_, e)| e.meta.sources.iter().any(|s| s.hash == hash))
+            .map(|(r, _)| r)
+    }
+
+    /// Every data file of `table`, with its run.
+    pub fn files(&self, table: TableKind) -> impl Iterator<Item = (&RunId, &FileEntry)> {
+        self.runs
+            .iter()
+            .flat_map(move |(r, e)| e.files.iter().filter(move |f| f.table == table).map(move |f| (r, f)))
+    }
+}

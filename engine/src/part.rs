@@ -1,0 +1,166 @@
+//! Writing one sorted Parquet data file.
+
+use crate::error::{Error, Result};
+use crate::schema::TableKind;
+use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch};
+use datafusion::arrow::compute::{self, SortColumn, SortOptions};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::metadata::SortingColumn;
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+/// Rows per row group: small enough that `ts`/`step` ranges prune inside a file.
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// Sorts `batch` by the table's sort columns (nulls first).
+pub fn sort_batch(table: TableKind, batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns = table
+        .sort_columns()
+        .iter()
+        .map(|name| {
+            let values = batch
+                .column_by_name(name)
+                .ok_or_else(|| schema_error(table, format!("missing column {name}")))?
+                .clone();
+            Ok(SortColumn { values, options: Some(SortOptions { descending: false, nulls_first: true }) })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let indices = compute::lexsort_to_indices(&columns, None)?;
+    let sorted = batch
+        .columns()
+        .iter()
+        .map(|c| compute::take(c.as_ref(), &indices, None))
+        .collect::<Result<Vec<ArrayRef>, _>>()?;
+    Ok(RecordBatch::try_new(batch.schema(), sorted)?)
+}
+
+fn schema_error(table: TableKind, reason: String) -> Error {
+    Error::Schema { table: table.name(), reason }
+}
+
+/// Checks that `batch` has exactly the table's file schema.
+pub fn check_schema(table: TableKind, batch: &RecordBatch) -> Result<()> {
+    let want = table.file_schema();
+    let got = batch.schema();
+    if want.fields().len() != got.fields().len() {
+        return Err(schema_error(table, format!("{} columns, expected {}", got.fields().len(), want.fields().len())));
+    }
+    for (w, g) in want.fields().iter().zip(got.fields()) {
+        if w.name() != g.name() || w.data_type() != g.data_type() {
+            return Err(schema_error(
+                table,
+                format!("column {} {:?}, expected {} {:?}", g.name(), g.data_type(), w.name(), w.data_type()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties {
+    let schema = batch.schema();
+    let sorting = table
+        .sort_columns()
+        .iter()
+        .filter_map(|c| schema.index_of(c).ok())
+        .map(|i| SortingColumn { column_idx: i as i32, descending: false, nulls_first: true })
+        .collect();
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid zstd level")))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_data_page_row_count_limit(20_000)
+        .set_sorting_columns(Some(sorting))
+        .build()
+}
+
+/// Min/max of the table's stat columns.
+pub fn column_stats(table: TableKind, batch: &RecordBatch) -> BTreeMap<String, Option<(i64, i64)>> {
+    let mut stats = BTreeMap::new();
+    for name in table.stat_columns() {
+        let Some(col) = batch.column_by_name(name) else { continue };
+        let minmax = match col.data_type() {
+            DataType::Int64 => {
+                let a = col.as_any().downcast_ref::<Int64Array>().expect("Int64 column");
+                compute::min(a).zip(compute::max(a))
+            }
+            DataType::Int32 => {
+                let a = col.as_any().downcast_ref::<Int32Array>().expect("Int32 column");
+                compute::min(a).zip(compute::max(a)).map(|(a, b)| (a as i64, b as i64))
+            }
+            _ => None,
+        };
+        stats.insert(name.to_string(), minmax);
+    }
+    stats
+}
+
+/// Writes a sorted batch to `path` as one Parquet file and syncs it to disk.
+/// Returns the file's size in bytes.
+pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Result<u64> {
+    let file = File::create(path).map_err(Error::io(path))?;
+    let props = writer_properties(table, batch);
+    let mut writer = ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, file), batch.schema(), Some(props))?;
+    let mut offset = 0;
+    // Write in row-group sized slices so the writer never buffers more than one row group.
+    while offset < batch.num_rows() {
+        let len = ROW_GROUP_ROWS.min(batch.num_rows() - offset);
+        writer.write(&batch.slice(offset, len))?;
+        offset += len;
+    }
+    let buf = writer.into_inner()?;
+    let file = buf.into_inner().map_err(|e| Error::Io { path: path.to_path_buf(), source: e.into_error() })?;
+    file.sync_all().map_err(Error::io(path))?;
+    let size = file.metadata().map_err(Error::io(path))?.len();
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Float64Array;
+    use datafusion::arrow::array::StringDictionaryBuilder;
+    use datafusion::arrow::datatypes::Int32Type;
+    use std::sync::Arc;
+
+    fn counters(rows: &[(Option<i32>, &str, i64)]) -> RecordBatch {
+        let mut names = StringDictionaryBuilder::<Int32Type>::new();
+        for r in rows {
+            names.append_value(r.1);
+        }
+        RecordBatch::try_new(
+            TableKind::Counters.file_schema(),
+            vec![
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from(vec![Some(0); rows.len()])),
+                Arc::new(Int64Array::from(vec![None::<i64>; rows.len()])),
+                Arc::new(names.finish()),
+                Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+                Arc::new(Float64Array::from(vec![1.0; rows.len()])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn sorts_by_table_key_with_nulls_first_and_records_stats() {
+        let b = counters(&[(Some(1), "a", 30), (None, "a", 50), (Some(1), "a", 10), (Some(0), "b", 20)]);
+        check_schema(TableKind::Counters, &b).unwrap();
+        let s = sort_batch(TableKind::Counters, &b).unwrap();
+        let ts = s.column_by_name("ts").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(ts.values().to_vec(), vec![50, 20, 10, 30]);
+        let stats = column_stats(TableKind::Counters, &s);
+        assert_eq!(stats["ts"], Some((10, 50)));
+        assert_eq!(stats["rank"], Some((0, 1)));
+    }
+
+    #[test]
+    fn rejects_wrong_schema() {
+        let b = counters(&[(Some(1), "a", 30)]);
+        assert!(check_schema(TableKind::Events, &b).is_err());
+    }
+}

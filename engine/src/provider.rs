@@ -1,0 +1,350 @@
+//! DataFusion table providers over the manifest.
+//!
+//! [`ManifestTable`] builds its Parquet scan from the newest manifest on every query, so a
+//! long-lived session sees runs committed after it started (DataFusion's `ListingTable` would
+//! serve a file list cached forever). Files are pruned with the per-file min/max kept in the
+//! manifest before any I/O; row groups and pages are pruned by the Parquet reader.
+
+use crate::manifest::{FileEntry, Manifest};
+use crate::run_id::RunId;
+use crate::schema::{self, TableKind};
+use crate::store::Store;
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Int32Array, Int64Array, MapBuilder, RecordBatch, StringArray, StringBuilder,
+    TimestampNanosecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::table_schema::TableSchema;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::object_store::path::Path as ObjectPath;
+use datafusion::object_store::ObjectMeta;
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::ExecutionPlan;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+fn df_err(e: crate::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// `events` or `counters`: every run's files of one table, from the newest manifest.
+#[derive(Debug)]
+pub struct ManifestTable {
+    store: Store,
+    table: TableKind,
+    schema: SchemaRef,
+}
+
+impl ManifestTable {
+    pub fn new(store: Store, table: TableKind) -> ManifestTable {
+        ManifestTable { store, table, schema: schema::table_schema(table) }
+    }
+}
+
+/// Per-file statistics for [`PruningPredicate`]s, straight from the manifest.
+struct FileStats<'a> {
+    files: &'a [(&'a RunId, &'a FileEntry)],
+}
+
+impl PruningStatistics for FileStats<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, |(lo, _)| lo)
+    }
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, |(_, hi)| hi)
+    }
+    fn num_containers(&self) -> usize {
+        self.files.len()
+    }
+    fn null_counts(&self, _column: &Column) -> Option<ArrayRef> {
+        None
+    }
+    fn row_counts(&self) -> Option<ArrayRef> {
+        Some(Arc::new(datafusion::arrow::array::UInt64Array::from_iter_values(self.files.iter().map(|(_, f)| f.rows))))
+    }
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
+
+impl FileStats<'_> {
+    fn values(&self, column: &Column, pick: fn((i64, i64)) -> i64) -> Option<ArrayRef> {
+        let name = column.name.as_str();
+        if name == "run" {
+            return Some(Arc::new(StringArray::from_iter_values(self.files.iter().map(|(r, _)| r.as_str()))));
+        }
+        let values = self.files.iter().map(|(_, f)| f.stats.get(name).map(|s| s.map(pick)));
+        let all: Option<Vec<Option<i64>>> = values.collect();
+        let all = all?; // column without manifest stats: cannot prune
+        match column_type(name) {
+            Some(DataType::Int32) => Some(Arc::new(Int32Array::from_iter(all.into_iter().map(|v| v.map(|v| v as i32))))),
+            Some(DataType::Int64) => Some(Arc::new(Int64Array::from_iter(all))),
+            _ => None,
+        }
+    }
+}
+
+fn column_type(name: &str) -> Option<DataType> {
+    schema::events_schema().field_with_name(name).ok().map(|f| f.data_type().clone())
+}
+
+/// Splits files into at most `n` groups of similar total size (largest first, into the lightest group).
+fn balanced_groups(mut files: Vec<(u64, PartitionedFile)>, n: usize) -> Vec<FileGroup> {
+    files.sort_by(|a, b| b.0.cmp(&a.0));
+    let n = n.max(1).min(files.len().max(1));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    for (size, f) in files {
+        let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
+        g.0 += size;
+        g.1.push(f);
+    }
+    groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()
+}
+
+#[async_trait]
+impl TableProvider for ManifestTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let manifest = self.store.manifest().map_err(df_err)?;
+        let mut files: Vec<(&RunId, &FileEntry)> = manifest.files(self.table).collect();
+        if let Some(predicate) = conjunction(filters.iter().cloned()) {
+            let df_schema = DFSchema::try_from(self.schema.clone())?;
+            let physical = state.create_physical_expr(predicate, &df_schema)?;
+            if let Some(pruning) = PruningPredicateBuilder::new().with_file_schema(self.schema.clone()).build(physical) {
+                let keep = pruning.prune(&FileStats { files: &files })?;
+                let mut keep = keep.into_iter();
+                files.retain(|_| keep.next().unwrap_or(true));
+            }
+        }
+        let file_schema = self.table.file_schema();
+        let n_file_cols = file_schema.fields().len();
+        // SQL sees `run` first; the scan has it after the file columns.
+        let mapped: Vec<usize> = match projection {
+            Some(p) => p.iter().map(|&i| if i == 0 { n_file_cols } else { i - 1 }).collect(),
+            None => (0..self.schema.fields().len()).map(|i| if i == 0 { n_file_cols } else { i - 1 }).collect(),
+        };
+        if files.is_empty() {
+            let projected = Arc::new(self.schema.project(projection.map_or(
+                &(0..self.schema.fields().len()).collect::<Vec<_>>(),
+                |p| p,
+            ))?);
+            return Ok(Arc::new(EmptyExec::new(projected)));
+        }
+        let root = self.store.root();
+        let partitioned = files
+            .iter()
+            .map(|(run, f)| {
+                let abs = root.join(&f.path);
+                let location = ObjectPath::from_absolute_path(&abs)
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let meta = ObjectMeta {
+                    location,
+                    last_modified: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+                    size: f.size,
+                    e_tag: None,
+                    version: None,
+                };
+                let pf = PartitionedFile::new_from_meta(meta)
+                    .with_partition_values(vec![ScalarValue::Utf8(Some(run.to_string()))]);
+                Ok((f.size, pf))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let groups = balanced_groups(partitioned, state.config().target_partitions());
+        let table_schema = TableSchema::builder(file_schema)
+            .with_table_partition_cols(vec![Arc::new(schema::run_field())])
+            .build();
+        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        let source = format.file_source(table_schema);
+        let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
+            .with_file_groups(groups)
+            .with_projection_indices(Some(mapped))?
+            .with_limit(limit)
+            .build();
+        format.create_physical_plan(state, config).await
+    }
+}
+
+/// The `runs` table: one row per run of the newest manifest.
+#[derive(Debug)]
+pub struct RunsTable {
+    store: Store,
+}
+
+impl RunsTable {
+    pub fn new(store: Store) -> RunsTable {
+        RunsTable { store }
+    }
+
+    pub fn table_schema() -> SchemaRef {
+        let utf8 = |n: &str, null: bool| Field::new(n, DataType::Utf8, null);
+        let i64f = |n: &str| Field::new(n, DataType::Int64, true);
+        let map_field = Field::new_map(
+            "tags",
+            "entries",
+            Field::new("keys", DataType::Utf8, false),
+            Field::new("values", DataType::Utf8, true),
+            false,
+            false,
+        );
+        Arc::new(Schema::new(vec![
+            utf8("run", false),
+            utf8("format", false),
+            Field::new("imported_at", DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())), false),
+            Field::new("ranks", DataType::Int32, false),
+            i64f("world_size"),
+            utf8("gpus", true),
+            i64f("first_ts"),
+            i64f("last_ts"),
+            i64f("span"),
+            i64f("events"),
+            i64f("kernels"),
+            i64f("files"),
+            i64f("stored_bytes"),
+            i64f("warnings"),
+            map_field,
+            utf8("sources", false),
+            utf8("devices", false),
+            utf8("metadata", true),
+            utf8("warning_details", true),
+        ]))
+    }
+
+    /// The whole table as one batch.
+    pub fn batch(manifest: &Manifest) -> Result<RecordBatch> {
+        let runs: Vec<_> = manifest.runs.iter().collect();
+        let s = |f: &dyn Fn(&crate::manifest::RunEntry) -> Option<String>| -> ArrayRef {
+            Arc::new(StringArray::from(runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>()))
+        };
+        let i = |f: &dyn Fn(&crate::manifest::RunEntry) -> Option<i64>| -> ArrayRef {
+            Arc::new(Int64Array::from(runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>()))
+        };
+        let mut tags = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        for (_, e) in &runs {
+            for (k, v) in &e.meta.tags {
+                tags.keys().append_value(k);
+                tags.values().append_value(v);
+            }
+            tags.append(true)?;
+        }
+        let json = |v: &dyn erased_json::Ser| Some(v.to_json());
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(runs.iter().map(|(r, _)| r.as_str()))),
+            s(&|e| Some(e.meta.format.clone())),
+            Arc::new(
+                TimestampNanosecondArray::from(runs.iter().map(|(_, e)| e.meta.imported_at_ns).collect::<Vec<_>>())
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(Int32Array::from(runs.iter().map(|(_, e)| e.meta.ranks.len().max(1) as i32).collect::<Vec<_>>())),
+            i(&|e| e.meta.world_size),
+            s(&|e| gpu_summary(&e.meta.devices)),
+            i(&|e| e.meta.first_ts),
+            i(&|e| e.meta.last_ts),
+            i(&|e| Some(e.meta.last_ts? - e.meta.first_ts?)),
+            i(&|e| Some(e.meta.events as i64)),
+            i(&|e| Some(e.meta.kernels as i64)),
+            i(&|e| Some(e.files.len() as i64)),
+            i(&|e| Some(e.files.iter().map(|f| f.size as i64).sum())),
+            i(&|e| Some(e.meta.warnings.values().sum::<u64>() as i64)),
+            Arc::new(tags.finish()),
+            s(&|e| json(&e.meta.sources)),
+            s(&|e| json(&e.meta.devices)),
+            s(&|e| json(&e.meta.metadata)),
+            s(&|e| if e.meta.warnings.is_empty() { None } else { json(&e.meta.warnings) }),
+        ];
+        // The map builder names its fields itself; cast to the declared schema's names.
+        let schema = Self::table_schema();
+        let columns = columns
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    datafusion::arrow::compute::cast(&c, f.data_type())
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
+
+/// `"8x NVIDIA A100-SXM4-80GB"`, or several such parts joined by `, `.
+fn gpu_summary(devices: &[crate::manifest::DeviceInfo]) -> Option<String> {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for d in devices {
+        let name = if d.name.is_empty() { "unnamed GPU".to_string() } else { d.name.clone() };
+        match counts.iter_mut().find(|c| c.0 == name) {
+            Some(c) => c.1 += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    if counts.is_empty() {
+        return None;
+    }
+    Some(counts.iter().map(|(n, c)| format!("{c}x {n}")).collect::<Vec<_>>().join(", "))
+}
+
+mod erased_json {
+    /// Serialises any of the manifest's serde types to compact JSON text.
+    pub trait Ser {
+        fn to_json(&self) -> String;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn to_json(&self) -> String {
+            serde_json::to_string(self).unwrap_or_default()
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for RunsTable {
+    fn schema(&self) -> SchemaRef {
+        Self::table_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let manifest = self.store.manifest().map_err(df_err)?;
+        let batch = Self::batch(&manifest)?;
+        Ok(MemorySourceConfig::try_new_exec(&[vec![batch]], Self::table_schema(), projection.cloned())?)
+    }
+}

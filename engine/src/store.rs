@@ -1,0 +1,332 @@
+//! Opening a store, reading its newest manifest, and committing new versions.
+
+use crate::error::{Error, Result};
+use crate::manifest::{FileEntry, Manifest, RunEntry, RunMeta, Tombstone};
+use crate::part;
+use crate::paths::{manifest_file_name, parse_manifest_file_name, StorePaths};
+use crate::run_id::RunId;
+use crate::schema::TableKind;
+use datafusion::arrow::array::RecordBatch;
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Manifest versions kept on disk (older ones are deleted by the writer).
+const KEPT_VERSIONS: u64 = 20;
+/// Files dropped by a commit stay on disk this long, for readers still on an older version.
+const TOMBSTONE_GRACE_MS: u64 = 10 * 60 * 1000;
+
+/// A store opened for reading. Cheap to clone; never blocks on writers.
+#[derive(Debug, Clone)]
+pub struct Store {
+    paths: StorePaths,
+    cache: Arc<Mutex<Option<(String, Arc<Manifest>)>>>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
+        let paths = StorePaths::new(root);
+        for dir in [paths.root().to_path_buf(), paths.manifest_dir()] {
+            fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+        }
+        Ok(Store { paths, cache: Arc::new(Mutex::new(None)) })
+    }
+
+    pub fn paths(&self) -> &StorePaths {
+        &self.paths
+    }
+
+    pub fn root(&self) -> &Path {
+        self.paths.root()
+    }
+
+    /// The newest committed manifest. Re-reads the file only when a newer version exists.
+    pub fn manifest(&self) -> Result<Arc<Manifest>> {
+        let dir = self.paths.manifest_dir();
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .map_err(Error::io(&dir))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| parse_manifest_file_name(n).is_some())
+            .collect();
+        names.sort(); // inverted version numbers: newest first
+        let Some(newest) = names.first() else {
+            return Ok(Arc::new(Manifest::default()));
+        };
+        if let Some((name, m)) = self.cache.lock().expect("manifest cache").as_ref() {
+            if name == newest {
+                return Ok(m.clone());
+            }
+        }
+        let mut first_error = None;
+        for name in &names {
+            let path = dir.join(name);
+            match read_manifest(&path) {
+                Ok(m) => {
+                    let m = Arc::new(m);
+                    *self.cache.lock().expect("manifest cache") = Some((name.clone(), m.clone()));
+                    return Ok(m);
+                }
+                // A committed manifest is fsynced before it is linked, so this only happens on
+                // disk damage; fall back to the previous version rather than refuse to open.
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.expect("at least one manifest was tried"))
+    }
+
+    /// Takes the single-writer lock (waiting for another writer to finish) and removes what
+    /// crashed writers left behind.
+    pub fn writer(&self) -> Result<StoreWriter> {
+        let lock_path = self.paths.lock_file();
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(Error::io(&lock_path))?;
+        lock.lock().map_err(Error::io(&lock_path))?;
+        let base = (*self.manifest()?).clone();
+        let writer = StoreWriter {
+            store: self.clone(),
+            next_seq: AtomicU64::new(base.next_file_seq),
+            base,
+            _lock: lock,
+        };
+        writer.collect_garbage()?;
+        let staging = self.paths.staging_dir();
+        fs::create_dir_all(&staging).map_err(Error::io(&staging))?;
+        Ok(writer)
+    }
+}
+
+fn read_manifest(path: &Path) -> Result<Manifest> {
+    let bytes = fs::read(path).map_err(Error::io(path))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::CorruptManifest { path: path.to_path_buf(), reason: e.to_string() })
+}
+
+/// A data file written to the staging area, not yet part of any version.
+#[derive(Debug, Clone)]
+pub struct StagedFile {
+    pub table: TableKind,
+    pub seq: u64,
+    pub staged_path: PathBuf,
+    pub size: u64,
+    pub rows: u64,
+    pub stats: BTreeMap<String, Option<(i64, i64)>>,
+}
+
+/// How a commit treats a run that already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutMode {
+    /// The run must not exist yet.
+    Create,
+    /// Drop the run's old files and metadata.
+    Replace,
+    /// Add files to the run (creating it if needed) and merge its metadata.
+    Append,
+}
+
+/// The holder of the single-writer lock. Dropping it without committing leaves the store as
+/// it was; staged files are removed by the next writer.
+#[derive(Debug)]
+pub struct StoreWriter {
+    store: Store,
+    base: Manifest,
+    next_seq: AtomicU64,
+    _lock: File,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|f| f.sync_all()).map_err(Error::io(dir))
+}
+
+impl StoreWriter {
+    /// The version this writer builds on.
+    pub fn manifest(&self) -> &Manifest {
+        &self.base
+    }
+
+    /// Sorts `batch`, writes it as one Parquet file in the staging area and syncs it.
+    /// Safe to call from several threads at once.
+    pub fn write_part(&self, table: TableKind, batch: &RecordBatch) -> Result<StagedFile> {
+        part::check_schema(table, batch)?;
+        let sorted = part::sort_batch(table, batch)?;
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let staged_path = self.store.paths.staging_dir().join(format!("part-{seq:010}.parquet"));
+        let size = part::write_parquet(table, &staged_path, &sorted)?;
+        Ok(StagedFile {
+            table,
+            seq,
+            staged_path,
+            size,
+            rows: sorted.num_rows() as u64,
+            stats: part::column_stats(table, &sorted),
+        })
+    }
+
+    /// Commits a run: moves its staged files into place and creates the next manifest version.
+    /// Nothing is visible to readers before the manifest file exists.
+    pub fn put_run(&mut self, run: &RunId, meta: RunMeta, staged: Vec<StagedFile>, mode: PutMode) -> Result<u64> {
+        let mut next = self.base.clone();
+        let existing = next.runs.remove(run);
+        if existing.is_some() && mode == PutMode::Create {
+            return Err(Error::InvalidRunId { name: run.to_string(), reason: "a run of this name already exists" });
+        }
+        let mut dropped = Vec::new();
+        let mut entry = match (existing, mode) {
+            (Some(old), PutMode::Append) => old,
+            (Some(old), _) => {
+                dropped.extend(old.files.into_iter().map(|f| f.path));
+                RunEntry { meta: RunMeta::default(), files: Vec::new() }
+            }
+            (None, _) => RunEntry { meta: RunMeta::default(), files: Vec::new() },
+        };
+        if entry.files.is_empty() && entry.meta.sources.is_empty() {
+            entry.meta = meta;
+        } else {
+            entry.meta.merge(meta);
+        }
+        let paths = &self.store.paths;
+        let mut dirs = HashSet::new();
+        for file in staged {
+            let rel = StorePaths::part_rel_path(file.table, run, file.seq);
+            let dest = paths.absolute(&rel);
+            let dir = dest.parent().expect("part path has a parent").to_path_buf();
+            fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+            fs::rename(&file.staged_path, &dest).map_err(Error::io(&file.staged_path))?;
+            dirs.insert(dir);
+            entry.files.push(FileEntry { table: file.table, path: rel, size: file.size, rows: file.rows, stats: file.stats });
+        }
+        for dir in &dirs {
+            sync_dir(dir)?;
+        }
+        next.runs.insert(run.clone(), entry);
+        self.commit(next, dropped)
+    }
+
+    /// Removes a run from the next version; its files are deleted after a grace period.
+    pub fn remove_run(&mut self, run: &RunId) -> Result<u64> {
+        let mut next = self.base.clone();
+        let old = next.runs.remove(run).ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+        self.commit(next, old.files.into_iter().map(|f| f.path).collect())
+    }
+
+    /// Sets tags of a run (an empty value removes the tag).
+    pub fn set_tags(&mut self, run: &RunId, tags: &[(String, String)]) -> Result<u64> {
+        let mut next = self.base.clone();
+        let entry = next.runs.get_mut(run).ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+        for (k, v) in tags {
+            if v.is_empty() {
+                entry.meta.tags.remove(k);
+            } else {
+                entry.meta.tags.insert(k.clone(), v.clone());
+            }
+        }
+        self.commit(next, Vec::new())
+    }
+
+    /// Creates manifest version `base.version + 1` with create-if-absent semantics:
+    /// write a temporary file, sync it, hard-link it to its final name (fails if that name
+    /// exists), sync the directory.
+    fn commit(&mut self, mut next: Manifest, dropped: Vec<String>) -> Result<u64> {
+        let version = self.base.version + 1;
+        next.version = version;
+        next.next_file_seq = self.next_seq.load(Ordering::SeqCst);
+        let now = now_ms();
+        next.tombstones.retain(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS);
+        next.tombstones.extend(dropped.into_iter().map(|path| Tombstone { path, removed_at_ms: now }));
+        let dir = self.store.paths.manifest_dir();
+        let tmp = dir.join(format!(".tmp-{}-{version}", std::process::id()));
+        let final_path = dir.join(manifest_file_name(version));
+        let bytes = serde_json::to_vec(&next).expect("manifest serialises");
+        {
+            let mut f = File::create(&tmp).map_err(Error::io(&tmp))?;
+            f.write_all(&bytes).map_err(Error::io(&tmp))?;
+            f.sync_all().map_err(Error::io(&tmp))?;
+        }
+        let linked = fs::hard_link(&tmp, &final_path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(Error::Conflict(version)),
+            Err(e) => return Err(Error::Io { path: final_path, source: e }),
+        }
+        sync_dir(&dir)?;
+        self.base = next;
+        // Everything below is cleanup: the commit already happened.
+        let _ = self.collect_garbage();
+        Ok(version)
+    }
+
+    /// Deletes what no reader can need: staged files and temporary manifests of dead writers,
+    /// data files no version references (a writer that died between rename and commit),
+    /// dropped files past their grace period, and manifest versions beyond the newest 20.
+    fn collect_garbage(&self) -> Result<()> {
+        let paths = &self.store.paths;
+        let staging = paths.staging_dir();
+        if let Ok(entries) = fs::read_dir(&staging) {
+            for e in entries.flatten() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        let mdir = paths.manifest_dir();
+        if let Ok(entries) = fs::read_dir(&mdir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let stale_version = parse_manifest_file_name(&name)
+                    .is_some_and(|v| v + KEPT_VERSIONS <= self.base.version);
+                if name.starts_with(".tmp-") || stale_version {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        let now = now_ms();
+        let mut live: HashSet<&str> = HashSet::new();
+        for entry in self.base.runs.values() {
+            live.extend(entry.files.iter().map(|f| f.path.as_str()));
+        }
+        let grace: HashSet<&str> = self
+            .base
+            .tombstones
+            .iter()
+            .filter(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS)
+            .map(|t| t.path.as_str())
+            .collect();
+        for table in TableKind::ALL {
+            let tdir = paths.table_dir(table);
+            let Ok(runs) = fs::read_dir(&tdir) else { continue };
+            for run_dir in runs.flatten() {
+                let run_name = run_dir.file_name().to_string_lossy().into_owned();
+                let Ok(files) = fs::read_dir(run_dir.path()) else { continue };
+                let mut remaining = 0;
+                for f in files.flatten() {
+                    let rel = format!("{}/{}/{}", table.name(), run_name, f.file_name().to_string_lossy());
+                    if live.contains(rel.as_str()) || grace.contains(rel.as_str()) {
+                        remaining += 1;
+                    } else {
+                        let _ = fs::remove_file(f.path());
+                    }
+                }
+                if remaining == 0 {
+                    let _ = fs::remove_dir(run_dir.path());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

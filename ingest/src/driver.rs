@@ -1,0 +1,343 @@
+//! Ingesting trace files into a store as runs.
+
+use crate::events::Kind;
+use crate::kineto::{self, ParsedTrace, TraceError};
+use crate::redact;
+use crate::resolve::{resolve_counters, Resolver};
+use crate::source::{self, DetectError, Format, Source};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile};
+use gpuq_engine::schema::TableKind;
+use gpuq_engine::store::{PutMode, StagedFile};
+use gpuq_engine::{RunId, Store};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Rows per data file written.
+pub const PART_ROWS: usize = 1 << 20;
+
+/// Why an ingest failed. The store is unchanged whenever one of these is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("{}: {source}", path.display())]
+    Detect { path: PathBuf, source: DetectError },
+    #[error("{}: {source}", path.display())]
+    Trace { path: PathBuf, source: TraceErrorDisplay },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: no trace files in this directory", .0.display())]
+    EmptyDirectory(PathBuf),
+    #[error(transparent)]
+    Store(#[from] gpuq_engine::Error),
+}
+
+/// [`TraceError`] as an error type.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TraceErrorDisplay(pub TraceError);
+
+/// Options of one `gpuq ingest`.
+#[derive(Debug, Clone, Default)]
+pub struct IngestOptions {
+    /// Run to ingest into; default: derived from each argument's file name.
+    pub run: Option<RunId>,
+    pub tags: Vec<(String, String)>,
+    pub replace: bool,
+}
+
+/// Per-file progress, for a progress bar.
+pub trait Progress: Sync {
+    fn start_file(&self, _path: &Path, _bytes: u64) {}
+    fn bytes(&self, _done: u64) {}
+    fn finish_file(&self) {}
+}
+
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// What happened to one run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub run: RunId,
+    /// Files skipped because their content is already stored: (file, run holding it).
+    pub duplicates: Vec<(PathBuf, RunId)>,
+    pub files: usize,
+    pub events: u64,
+    pub kernels: u64,
+    pub span_ns: Option<i64>,
+    pub input_bytes: u64,
+    pub seconds: f64,
+    pub warnings: BTreeMap<String, u64>,
+    pub redacted: usize,
+    pub appended: bool,
+    pub version: Option<u64>,
+}
+
+/// Groups the arguments into runs: with `--run`, all files form one run (one rank per file);
+/// without, each argument (a file, or a directory of rank files) is its own run.
+pub fn plan_runs(paths: &[PathBuf], run: Option<&RunId>) -> Result<Vec<(RunId, Vec<PathBuf>)>, IngestError> {
+    let mut groups = Vec::new();
+    for p in paths {
+        let files = source::expand(p).map_err(|e| IngestError::Io { path: p.clone(), source: e })?;
+        if files.is_empty() {
+            return Err(IngestError::EmptyDirectory(p.clone()));
+        }
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
+        let id = match run {
+            Some(r) => r.clone(),
+            None => RunId::from_file_name(&name)?,
+        };
+        groups.push((id, files));
+    }
+    if run.is_some() {
+        let id = groups[0].0.clone();
+        let all = groups.into_iter().flat_map(|g| g.1).collect();
+        return Ok(vec![(id, all)]);
+    }
+    Ok(groups)
+}
+
+/// Ingests every run planned from `paths`. Each run is committed on its own; on error the run
+/// being ingested is not visible and the runs before it stay committed.
+pub fn ingest(store: &Store, paths: &[PathBuf], opts: &IngestOptions, progress: &dyn Progress) -> Result<Vec<RunReport>, IngestError> {
+    let plan = plan_runs(paths, opts.run.as_ref())?;
+    // Fail on an unreadable or unrecognised file before any work is done.
+    let mut planned = Vec::new();
+    for (run, files) in plan {
+        let sources = files
+            .iter()
+            .map(|f| Source::open(f).map_err(|e| IngestError::Detect { path: f.clone(), source: e }))
+            .collect::<Result<Vec<_>, _>>()?;
+        planned.push((run, sources));
+    }
+    let mut reports = Vec::new();
+    for (run, sources) in planned {
+        reports.push(ingest_run(store, &run, sources, opts, progress)?);
+    }
+    Ok(reports)
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+fn ingest_run(store: &Store, run: &RunId, sources: Vec<Source>, opts: &IngestOptions, progress: &dyn Progress) -> Result<RunReport, IngestError> {
+    let started = Instant::now();
+    let mut writer = store.writer()?;
+    let exists = writer.manifest().runs.contains_key(run);
+    let mut report = RunReport {
+        run: run.clone(),
+        duplicates: Vec::new(),
+        files: 0,
+        events: 0,
+        kernels: 0,
+        span_ns: None,
+        input_bytes: 0,
+        seconds: 0.0,
+        warnings: BTreeMap::new(),
+        redacted: 0,
+        appended: exists && !opts.replace,
+        version: None,
+    };
+    let mut meta = RunMeta { format: Format::Kineto.name().into(), imported_at_ns: now_ns(), epoch_time: true, ..Default::default() };
+    meta.tags = opts.tags.iter().cloned().collect();
+    let multi = sources.len() > 1;
+    let mut staged: Vec<StagedFile> = Vec::new();
+    for (position, src) in sources.iter().enumerate() {
+        // A same-sized stored source is worth hashing up front: re-ingesting is then free.
+        let same_size = writer.manifest().runs.values().any(|e| e.meta.sources.iter().any(|s| s.bytes == src.size));
+        if same_size && !opts.replace {
+            let hash = source::hash_file(&src.path).map_err(|e| IngestError::Io { path: src.path.clone(), source: e })?;
+            if let Some(holder) = writer.manifest().run_with_source_hash(&hash) {
+                report.duplicates.push((src.path.clone(), holder.clone()));
+                continue;
+            }
+        }
+        progress.start_file(&src.path, src.size);
+        let parsed = parse_source(src, progress)?;
+        progress.finish_file();
+        let hash = src.hash();
+        if !opts.replace {
+            if let Some(holder) = writer.manifest().run_with_source_hash(&hash) {
+                report.duplicates.push((src.path.clone(), holder.clone()));
+                continue;
+            }
+        }
+        let fallback_rank = multi.then_some(position as i32);
+        let file = finish_file(&writer, parsed, fallback_rank)?;
+        staged.extend(file.staged);
+        report.redacted += file.redacted;
+        report.input_bytes += src.size;
+        report.files += 1;
+        meta.merge(file.meta);
+        meta.sources.push(SourceFile {
+            path: src.path.display().to_string(),
+            hash,
+            bytes: src.size,
+            rank: file.rank,
+            format: Format::Kineto.name().into(),
+        });
+    }
+    if report.files == 0 {
+        // Everything was already stored: nothing to commit.
+        report.seconds = started.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+    report.events = meta.events;
+    report.kernels = meta.kernels;
+    report.span_ns = meta.last_ts.zip(meta.first_ts).map(|(l, f)| l - f);
+    report.warnings = meta.warnings.clone();
+    let mode = if opts.replace { PutMode::Replace } else { PutMode::Append };
+    report.version = Some(writer.put_run(run, meta, staged, mode)?);
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn parse_source(src: &Source, progress: &dyn Progress) -> Result<ParsedTrace, IngestError> {
+    let reader = src.reader().map_err(|e| IngestError::Io { path: src.path.clone(), source: e })?;
+    let report = |_: u64| progress.bytes(src.bytes_read());
+    match src.format {
+        Format::Kineto => kineto::parse(reader, &report)
+            .map_err(|e| IngestError::Trace { path: src.path.clone(), source: TraceErrorDisplay(e) }),
+    }
+}
+
+struct FinishedFile {
+    staged: Vec<StagedFile>,
+    meta: RunMeta,
+    rank: Option<i32>,
+    redacted: usize,
+}
+
+/// Attributes, sorts and writes one parsed file; returns its staged files and metadata.
+fn finish_file(writer: &gpuq_engine::StoreWriter, parsed: ParsedTrace, fallback_rank: Option<i32>) -> Result<FinishedFile, IngestError> {
+    let ParsedTrace { batches, counters, host, time_base_ns, mut top_level, mut warnings, events, kernels, .. } = parsed;
+    let distributed = top_level.get("distributedInfo");
+    let rank = distributed
+        .and_then(|d| d.get("rank"))
+        .and_then(|r| r.as_i64().or_else(|| r.as_str().and_then(|s| s.parse().ok())))
+        .map(|r| r as i32)
+        .or(fallback_rank);
+    let world_size = distributed.and_then(|d| d.get("world_size")).and_then(|w| w.as_i64());
+    let device_names: BTreeMap<i64, String> = top_level
+        .get("deviceProperties")
+        .and_then(|d| d.as_array())
+        .map(|list| {
+            list.iter()
+                .filter_map(|d| Some((d.get("id")?.as_i64()?, d.get("name")?.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    top_level.remove("deviceProperties");
+    let mut metadata = serde_json::Value::Object(top_level);
+    let redacted = redact::redact(&mut metadata);
+
+    let resolver = Resolver::new(host);
+    let resolved: Vec<RecordBatch> = batches.par_iter().map(|b| resolver.resolve(b, rank, time_base_ns)).collect();
+    drop(batches);
+    let facts = Facts::of(&resolved);
+    if let (Some(lo), Some(hi)) = (facts.host_min, facts.host_max) {
+        const MARGIN: i64 = 10_000_000_000;
+        let outside = facts.gpu_ts.iter().filter(|&&t| t < lo - MARGIN || t > hi + MARGIN).count() as u64;
+        if outside > 0 {
+            *warnings.entry("GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)".into()).or_default() += outside;
+        }
+    }
+    let counters: Vec<RecordBatch> = counters.iter().map(|b| resolve_counters(b, rank, time_base_ns)).collect();
+    let mut parts: Vec<(TableKind, RecordBatch)> = Vec::new();
+    for (table, batches) in [(TableKind::Events, resolved), (TableKind::Counters, counters)] {
+        for group in group_rows(&batches, PART_ROWS) {
+            let schema = table.file_schema();
+            parts.push((table, concat_batches(&schema, group).map_err(gpuq_engine::Error::from)?));
+        }
+    }
+    let staged = parts
+        .par_iter()
+        .map(|(table, batch)| writer.write_part(*table, batch))
+        .collect::<Result<Vec<_>, _>>()?;
+    let devices = facts
+        .devices
+        .iter()
+        .map(|&id| DeviceInfo { rank, id, name: device_names.get(&(id as i64)).cloned().unwrap_or_default() })
+        .collect();
+    let meta = RunMeta {
+        ranks: rank.into_iter().collect(),
+        world_size,
+        devices,
+        first_ts: facts.first_ts,
+        last_ts: facts.last_ts,
+        events,
+        kernels,
+        epoch_time: true,
+        metadata,
+        warnings,
+        ..Default::default()
+    };
+    Ok(FinishedFile { staged, meta, rank, redacted })
+}
+
+/// Consecutive groups of batches holding at most `rows` rows each (a larger batch stands alone).
+fn group_rows(batches: &[RecordBatch], rows: usize) -> Vec<&[RecordBatch]> {
+    let mut groups = Vec::new();
+    let (mut start, mut n) = (0, 0);
+    for (i, b) in batches.iter().enumerate() {
+        if n > 0 && n + b.num_rows() > rows {
+            groups.push(&batches[start..i]);
+            start = i;
+            n = 0;
+        }
+        n += b.num_rows();
+    }
+    if start < batches.len() {
+        groups.push(&batches[start..]);
+    }
+    groups
+}
+
+/// Span, devices and host/GPU time ranges of a file's events.
+#[derive(Default)]
+struct Facts {
+    first_ts: Option<i64>,
+    last_ts: Option<i64>,
+    host_min: Option<i64>,
+    host_max: Option<i64>,
+    devices: BTreeSet<i32>,
+    gpu_ts: Vec<i64>,
+}
+
+impl Facts {
+    fn of(batches: &[RecordBatch]) -> Facts {
+        let mut f = Facts::default();
+        for b in batches {
+            let kinds = b.column_by_name("kind").expect("kind").as_dictionary::<Int32Type>();
+            let kind_of: Vec<Kind> = kinds
+                .values()
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.and_then(Kind::from_name).unwrap_or(Kind::Other))
+                .collect();
+            let ts = b.column_by_name("ts").expect("ts").as_primitive::<Int64Type>();
+            let dur = b.column_by_name("dur").expect("dur").as_primitive::<Int64Type>();
+            let device = b.column_by_name("device").expect("device").as_primitive::<Int32Type>();
+            for i in 0..b.num_rows() {
+                let (t, end) = (ts.value(i), ts.value(i) + dur.value(i).max(0));
+                f.first_ts = Some(f.first_ts.map_or(t, |v| v.min(t)));
+                f.last_ts = Some(f.last_ts.map_or(end, |v| v.max(end)));
+                if kind_of[kinds.keys().value(i) as usize].is_gpu() {
+                    if !device.is_null(i) {
+                        f.devices.insert(device.value(i));
+                    }
+                    f.gpu_ts.push(t);
+                } else {
+                    f.host_min = Some(f.host_min.map_or(t, |v| v.min(t)));
+                    f.host_max = Some(f.host_max.map_or(end, |v| v.max(end)));
+                }
+            }
+        }
+        f
+    }
+}

@@ -1,0 +1,462 @@
+//! A small zero-copy JSON cursor for trace events.
+//!
+//! Trace files are large arrays of small objects. This reader walks one object at a time
+//! without building a tree, borrows strings from the input unless they contain escapes, and
+//! returns numbers as their raw text so that decimal microseconds convert to nanoseconds
+//! exactly (a float cannot hold an epoch timestamp in nanoseconds).
+
+use std::borrow::Cow;
+
+/// A syntax error at a byte offset of the buffer being read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    pub offset: usize,
+    pub message: String,
+}
+
+pub type Result<T> = std::result::Result<T, SyntaxError>;
+
+/// A scalar or a skipped compound value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    /// Raw number text, e.g. `1695835572943613.123`.
+    Number(&'a str),
+    Str(Cow<'a, str>),
+    /// An object or array; the raw text is `buf[start..end]`.
+    Compound { start: usize, end: usize, object: bool },
+}
+
+impl Scalar<'_> {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Scalar::Null => "null",
+            Scalar::Bool(_) => "a boolean",
+            Scalar::Number(_) => "a number",
+            Scalar::Str(_) => "a string",
+            Scalar::Compound { object: true, .. } => "an object",
+            Scalar::Compound { object: false, .. } => "an array",
+        }
+    }
+}
+
+pub struct Cursor<'a> {
+    pub buf: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8]) -> Cursor<'a> {
+        Cursor { buf, pos: 0 }
+    }
+
+    pub fn at(buf: &'a [u8], pos: usize) -> Cursor<'a> {
+        Cursor { buf, pos }
+    }
+
+    pub fn error<T>(&self, message: impl Into<String>) -> Result<T> {
+        Err(SyntaxError { offset: self.pos, message: message.into() })
+    }
+
+    #[inline]
+    pub fn skip_ws(&mut self) {
+        while let Some(&b) = self.buf.get(self.pos) {
+            if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                break;
+            }
+            self.pos += 1;
+        }
+    }
+
+    #[inline]
+    pub fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.buf.get(self.pos).copied()
+    }
+
+    pub fn expect(&mut self, byte: u8) -> Result<()> {
+        match self.peek() {
+            Some(b) if b == byte => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(b) => self.error(format!("expected '{}', found '{}'", byte as char, printable(b))),
+            None => self.error(format!("unexpected end of input, expected '{}'", byte as char)),
+        }
+    }
+
+    /// Parses a string starting at the current `"`.
+    pub fn string(&mut self) -> Result<Cow<'a, str>> {
+        self.expect(b'"')?;
+        let start = self.pos;
+        let rest = &self.buf[start..];
+        let Some(rel) = memchr::memchr2(b'"', b'\\', rest) else {
+            return self.error("unterminated string");
+        };
+        if rest[rel] == b'"' {
+            self.pos = start + rel + 1;
+            return match std::str::from_utf8(&rest[..rel]) {
+                Ok(s) => Ok(Cow::Borrowed(s)),
+                Err(_) => Ok(Cow::Owned(String::from_utf8_lossy(&rest[..rel]).into_owned())),
+            };
+        }
+        // Slow path: unescape.
+        let mut out: Vec<u8> = rest[..rel].to_vec();
+        self.pos = start + rel;
+        loop {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return self.error("unterminated string");
+            };
+            self.pos += 1;
+            match b {
+                b'"' => break,
+                b'\\' => {
+                    let Some(&e) = self.buf.get(self.pos) else {
+                        return self.error("unterminated escape");
+                    };
+                    self.pos += 1;
+                    match e {
+                        b'"' => out.push(b'"'),
+                        b'\\' => out.push(b'\\'),
+                        b'/' => out.push(b'/'),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => {
+                            let c = self.hex4()?;
+                            let ch = if (0xD800..0xDC00).contains(&c) {
+                                // surrogate pair
+                                if self.buf.get(self.pos) == Some(&b'\\') && self.buf.get(self.pos + 1) == Some(&b'u') {
+                                    self.pos += 2;
+                                    let lo = self.hex4()?;
+                                    char::from_u32(0x10000 + ((c - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF))
+                                } else {
+                                    None
+                                }
+                            } else {
+                                char::from_u32(c)
+                            };
+                            let mut tmp = [0u8; 4];
+                            out.extend_from_slice(ch.unwrap_or('\u{FFFD}').encode_utf8(&mut tmp).as_bytes());
+                        }
+                        other => {
+                            self.pos -= 1;
+                            return self.error(format!("invalid escape '\\{}'", printable(other)));
+                        }
+                    }
+                }
+                other => out.push(other),
+            }
+        }
+        Ok(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+    }
+
+    fn hex4(&mut self) -> Result<u32> {
+        let Some(digits) = self.buf.get(self.pos..self.pos + 4) else {
+            return self.error("truncated \\u escape");
+        };
+        let s = std::str::from_utf8(digits).ok().and_then(|s| u32::from_str_radix(s, 16).ok());
+        match s {
+            Some(v) => {
+                self.pos += 4;
+                Ok(v)
+            }
+            None => self.error("invalid \\u escape"),
+        }
+    }
+
+    fn number(&mut self) -> Result<&'a str> {
+        let start = self.pos;
+        while let Some(&b) = self.buf.get(self.pos) {
+            if !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                break;
+            }
+            self.pos += 1;
+        }
+        if self.pos == start {
+            return self.error("expected a number");
+        }
+        // Only ASCII digits and signs were consumed.
+        Ok(std::str::from_utf8(&self.buf[start..self.pos]).expect("ascii"))
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        if self.buf.get(self.pos..self.pos + word.len()) == Some(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            self.error("invalid literal")
+        }
+    }
+
+    /// Reads any value; objects and arrays are skipped and returned by their span.
+    pub fn value(&mut self) -> Result<Scalar<'a>> {
+        match self.peek() {
+            Some(b'"') => Ok(Scalar::Str(self.string()?)),
+            Some(b'{') | Some(b'[') => {
+                let start = self.pos;
+                let object = self.buf[start] == b'{';
+                match find_value_end(self.buf, start) {
+                    Some(end) => {
+                        self.pos = end;
+                        Ok(Scalar::Compound { start, end, object })
+                    }
+                    None => self.error("unexpected end of input inside a value"),
+                }
+            }
+            Some(b't') => self.literal(b"true").map(|_| Scalar::Bool(true)),
+            Some(b'f') => self.literal(b"false").map(|_| Scalar::Bool(false)),
+            Some(b'n') => self.literal(b"null").map(|_| Scalar::Null),
+            Some(b'-' | b'0'..=b'9') => Ok(Scalar::Number(self.number()?)),
+            Some(b) => self.error(format!("unexpected character '{}'", printable(b))),
+            None => self.error("unexpected end of input, expected a value"),
+        }
+    }
+
+    /// Iterates the keys of the object at the cursor: calls `f(key, cursor)` with the cursor
+    /// at the value, which `f` must consume (e.g. with [`Cursor::value`]).
+    pub fn object<F>(&mut self, mut f: F) -> Result<()>
+    where
+        F: FnMut(&str, &mut Cursor<'a>) -> Result<()>,
+    {
+        self.expect(b'{')?;
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':')?;
+            f(&key, self)?;
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(b) => return self.error(format!("expected ',' or '}}' in object, found '{}'", printable(b))),
+                None => return self.error("unexpected end of input inside an object"),
+            }
+        }
+    }
+
+    /// Reads an array of up to three integers (`[132, 1, 1]`).
+    pub fn int_triple(&mut self) -> Result<Option<[Option<i64>; 3]>> {
+        match self.value()? {
+            Scalar::Compound { start, end, object: false } => {
+                let mut out = [None; 3];
+                let mut inner = Cursor::at(&self.buf[..end], start + 1);
+                let mut i = 0;
+                loop {
+                    match inner.peek() {
+                        Some(b']') | None => break,
+                        Some(b',') => inner.pos += 1,
+                        _ => {
+                            let v = inner.value()?;
+                            if i < 3 {
+                                out[i] = scalar_i64(&v);
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+                Ok(Some(out))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+fn printable(b: u8) -> char {
+    if b.is_ascii_graphic() { b as char } else { '?' }
+}
+
+/// Offset one past the end of the object or array starting at `start`, or `None` if the buffer
+/// ends first. Strings are skipped with their escapes.
+pub fn find_value_end(buf: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = start;
+    while i < buf.len() {
+        match buf[i] {
+            b'"' => {
+                // skip the string
+                i += 1;
+                loop {
+                    let rel = memchr::memchr2(b'"', b'\\', &buf[i..])?;
+                    i += rel;
+                    if buf[i] == b'\\' {
+                        i += 2;
+                    } else {
+                        break;
+                    }
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Converts decimal microseconds (`"1695835572943613.123"`, `"12"`, `"1.5e3"`) to integer
+/// nanoseconds exactly; digits beyond the nanosecond are rounded half away from zero.
+pub fn us_to_ns(text: &str) -> Option<i64> {
+    decimal_scaled(text, 3)
+}
+
+/// `text * 10^scale` as an integer, exactly (rounded half away from zero).
+pub fn decimal_scaled(text: &str, scale: i32) -> Option<i64> {
+    let bytes = text.as_bytes();
+    let (neg, mut i) = match bytes.first()? {
+        b'-' => (true, 1),
+        b'+' => (false, 1),
+        _ => (false, 0),
+    };
+    let mut mantissa: i128 = 0;
+    let mut exp: i32 = scale;
+    let mut digits = 0;
+    let mut seen_dot = false;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'0'..=b'9' => {
+                if digits < 36 {
+                    mantissa = mantissa * 10 + (bytes[i] - b'0') as i128;
+                    if seen_dot {
+                        exp -= 1;
+                    }
+                } else if !seen_dot {
+                    exp += 1;
+                }
+                digits += 1;
+            }
+            b'.' if !seen_dot => seen_dot = true,
+            b'e' | b'E' => {
+                let e: i32 = text[i + 1..].parse().ok()?;
+                exp = exp.checked_add(e)?;
+                break;
+            }
+            _ => return None,
+        }
+        i += 1;
+    }
+    if digits == 0 {
+        return None;
+    }
+    let value = if exp >= 0 {
+        mantissa.checked_mul(10i128.checked_pow(exp as u32)?)?
+    } else {
+        let div = 10i128.checked_pow((-exp) as u32).unwrap_or(i128::MAX);
+        let q = mantissa / div;
+        let r = mantissa % div;
+        if r * 2 >= div { q + 1 } else { q }
+    };
+    let value = if neg { -value } else { value };
+    i64::try_from(value).ok()
+}
+
+/// An integer from a number or a numeric string (`7`, `"7"`, `"0x1f"`, `7.0`).
+pub fn scalar_i64(v: &Scalar<'_>) -> Option<i64> {
+    match v {
+        Scalar::Number(n) => n.parse::<i64>().ok().or_else(|| decimal_scaled(n, 0)),
+        Scalar::Str(s) => parse_int_text(s),
+        Scalar::Bool(b) => Some(*b as i64),
+        _ => None,
+    }
+}
+
+/// Integers written as text: decimal, `0x` hex, or the last number in `"stream 7"`.
+pub fn parse_int_text(s: &str) -> Option<i64> {
+    let t = s.trim();
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return i64::from_str_radix(hex, 16).ok();
+    }
+    if let Ok(v) = t.parse::<i64>() {
+        return Some(v);
+    }
+    let tail = t.rsplit(|c: char| !c.is_ascii_digit()).next()?;
+    if tail.is_empty() || tail.len() == t.len() { None } else { tail.parse().ok() }
+}
+
+pub fn scalar_f64(v: &Scalar<'_>) -> Option<f64> {
+    match v {
+        Scalar::Number(n) => n.parse().ok(),
+        Scalar::Str(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_decimal_microseconds_exactly() {
+        assert_eq!(us_to_ns("1695835572943613"), Some(1_695_835_572_943_613_000));
+        assert_eq!(us_to_ns("1695835572943613.123"), Some(1_695_835_572_943_613_123));
+        assert_eq!(us_to_ns("0.001"), Some(1));
+        assert_eq!(us_to_ns("12.3456"), Some(12_346));
+        assert_eq!(us_to_ns("12.3454"), Some(12_345));
+        assert_eq!(us_to_ns("-0.5"), Some(-500));
+        assert_eq!(us_to_ns("1.5e3"), Some(1_500_000));
+        assert_eq!(us_to_ns("2E-3"), Some(2));
+        assert_eq!(us_to_ns("7"), Some(7000));
+        assert_eq!(us_to_ns(""), None);
+        assert_eq!(us_to_ns("1.2.3"), None);
+        assert_eq!(us_to_ns("abc"), None);
+        assert_eq!(us_to_ns("1e400"), None);
+        // a float would round this
+        let f = 1695835572943613.123f64 * 1000.0;
+        assert_ne!(f as i64, 1_695_835_572_943_613_123);
+    }
+
+    #[test]
+    fn walks_objects_and_skips_compounds() {
+        let text = br#"{"a": "x\"y", "b": [1, {"c": "}"}], "n": -1.5e2, "t": true, "z": null, "u": "\u00e9\ud83d\ude00"}"#;
+        let mut c = Cursor::new(text);
+        let mut seen = Vec::new();
+        c.object(|k, c| {
+            let v = c.value()?;
+            seen.push((k.to_string(), format!("{v:?}")));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 6);
+        assert_eq!(seen[0].1, r#"Str("x\"y")"#);
+        assert!(seen[1].1.starts_with("Compound"));
+        assert_eq!(seen[2].1, r#"Number("-1.5e2")"#);
+        assert_eq!(seen[5].1, "Str(\"é😀\")");
+        assert_eq!(c.pos, text.len());
+    }
+
+    #[test]
+    fn reports_offsets_of_errors() {
+        let mut c = Cursor::new(br#"{"a": 1, "b" 2}"#);
+        let err = c.object(|_, c| c.value().map(|_| ())).unwrap_err();
+        assert_eq!(err.offset, 13);
+        let mut c = Cursor::new(br#"{"a": "unterminated"#);
+        assert!(c.object(|_, c| c.value().map(|_| ())).is_err());
+        assert_eq!(find_value_end(br#"{"a": "}"#, 0), None);
+        assert_eq!(find_value_end(br#"{"a": "\"}"} "#, 0), Some(12));
+    }
+
+    #[test]
+    fn parses_integers_in_text() {
+        assert_eq!(parse_int_text("stream 7"), Some(7));
+        assert_eq!(parse_int_text("0x1f"), Some(31));
+        assert_eq!(parse_int_text("25738"), Some(25738));
+        assert_eq!(parse_int_text("Spans"), None);
+        assert_eq!(parse_int_text("PyTorch Profiler"), None);
+        let mut c = Cursor::new(b"[132, 1, 1]");
+        assert_eq!(c.int_triple().unwrap(), Some([Some(132), Some(1), Some(1)]));
+    }
+}

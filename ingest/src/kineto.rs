@@ -1,0 +1,754 @@
+//! PyTorch-profiler (Kineto) / Chrome-trace JSON adapter.
+//!
+//! The file is read as a stream: the top-level object is walked key by key, and the
+//! `traceEvents` array is cut into blocks of whole events that are parsed in parallel (rayon)
+//! while the next block is read. Memory therefore grows with the number of events kept, not
+//! with the size of the JSON text.
+//!
+//! Shapes handled (see the fixtures in `tests/`): modern and legacy category names
+//! (`kernel`/`Kernel`, `cpu_op`/`Operator`, `cuda_runtime`/`Runtime`, ...), integer or decimal
+//! microseconds (converted to nanoseconds exactly), epoch or `baseTimeNanoseconds`-relative
+//! time, string pids/tids (`"stream 7"`, `"Spans"`), ROCm (device in `pid`, hex streams),
+//! `cuda_driver` launches, CUDA-graph fan-out (one correlation, many kernels), GPU work with no
+//! launch in the window, memory instants (counters), `C` counter events.
+
+use crate::events::{
+    profiler_step_number, CounterColumns, Event, EventColumns, HostInterval, HostStructure, Kind, Launch,
+};
+use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
+use datafusion::arrow::array::RecordBatch;
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::mpsc;
+
+/// Bytes of event text handed to one parse task.
+const BLOCK_BYTES: usize = 4 << 20;
+/// Bytes read from the source at a time.
+const READ_BYTES: usize = 8 << 20;
+
+/// Why a trace could not be read. `offset` is a byte offset of the (decompressed) JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceError {
+    pub offset: u64,
+    pub event: Option<u64>,
+    pub message: String,
+}
+
+impl std::fmt::Display for TraceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.event {
+            Some(i) => write!(f, "byte {} (event #{}): {}", self.offset, i, self.message),
+            None => write!(f, "byte {}: {}", self.offset, self.message),
+        }
+    }
+}
+
+/// Everything read from one trace file, before attribution ([`crate::resolve`]).
+#[derive(Default)]
+pub struct ParsedTrace {
+    /// Events with `ts` relative to [`Self::time_base_ns`]; `rank/step/op/scope` unset.
+    pub batches: Vec<RecordBatch>,
+    pub counters: Vec<RecordBatch>,
+    pub host: HostStructure,
+    /// Added to every `ts`: `baseTimeNanoseconds`, or 0 when times are epoch microseconds.
+    pub time_base_ns: i64,
+    /// Top-level keys other than `traceEvents`, as JSON.
+    pub top_level: serde_json::Map<String, serde_json::Value>,
+    pub warnings: BTreeMap<String, u64>,
+    pub events: u64,
+    pub kernels: u64,
+    /// Complete (`X`) events and how many of them had no `dur`.
+    pub complete_events: u64,
+    pub missing_dur: u64,
+}
+
+/// Parses a Kineto trace from `reader`. `progress` is called with the number of bytes read so far.
+pub fn parse(reader: impl Read + Send, progress: &(dyn Fn(u64) + Sync)) -> Result<ParsedTrace, TraceError> {
+    let (tx, rx) = mpsc::sync_channel::<Block>(2);
+    let mut trace = ParsedTrace::default();
+    let mut top_level = Vec::new();
+    let mut outcome: Result<(), TraceError> = Ok(());
+    std::thread::scope(|scope| {
+        let splitter = scope.spawn(move || split_stream(reader, tx, progress));
+        // Parse blocks as they arrive; sub-blocks of one block run in parallel.
+        for block in rx.iter() {
+            if outcome.is_err() {
+                continue; // drain so the splitter can finish
+            }
+            match parse_block(&block) {
+                Ok(outs) => {
+                    for out in outs {
+                        trace.absorb(out);
+                    }
+                }
+                Err(e) => outcome = Err(e),
+            }
+        }
+        match splitter.join() {
+            Ok(Ok(top)) => top_level = top,
+            Ok(Err(e)) => {
+                if outcome.is_ok() {
+                    outcome = Err(e)
+                }
+            }
+            Err(_) => outcome = Err(TraceError { offset: 0, event: None, message: "reader thread panicked".into() }),
+        }
+    });
+    outcome?;
+    let mut saw_events = false;
+    for (key, raw, offset) in top_level {
+        if key == "traceEvents" {
+            saw_events = true;
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_slice(&raw).map_err(|e| TraceError {
+            offset,
+            event: None,
+            message: format!("top-level key {key:?}: {e}"),
+        })?;
+        if key == "baseTimeNanoseconds" {
+            trace.time_base_ns = value
+                .as_i64()
+                .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+                .ok_or_else(|| TraceError { offset, event: None, message: "baseTimeNanoseconds is not an integer".into() })?;
+        }
+        trace.top_level.insert(key, value);
+    }
+    if !saw_events {
+        return Err(TraceError {
+            offset: 0,
+            event: None,
+            message: "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array".into(),
+        });
+    }
+    if trace.complete_events > 0 && trace.missing_dur == trace.complete_events {
+        return Err(TraceError {
+            offset: 0,
+            event: None,
+            message: format!("none of the {} complete (\"ph\": \"X\") events has a \"dur\"", trace.complete_events),
+        });
+    }
+    if trace.missing_dur > 0 {
+        *trace.warnings.entry("complete events without dur (stored with dur 0)".into()).or_default() += trace.missing_dur;
+    }
+    Ok(trace)
+}
+
+impl std::fmt::Debug for ParsedTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedTrace").field("events", &self.events).field("kernels", &self.kernels).finish_non_exhaustive()
+    }
+}
+
+impl ParsedTrace {
+    fn absorb(&mut self, out: BlockOut) {
+        if !out.events.is_empty() {
+            self.batches.push(out.events.finish());
+        }
+        if !out.counters.is_empty() {
+            self.counters.push(out.counters.finish());
+        }
+        self.host.absorb(out.host);
+        for (k, v) in out.warnings {
+            *self.warnings.entry(k.to_string()).or_default() += v;
+        }
+        self.events += out.n_events;
+        self.kernels += out.n_kernels;
+        self.complete_events += out.n_complete;
+        self.missing_dur += out.n_missing_dur;
+    }
+}
+
+/// A run of whole events: `ranges` index into `bytes`; `offset` is the stream offset of `bytes[0]`.
+struct Block {
+    bytes: Vec<u8>,
+    ranges: Vec<(usize, usize)>,
+    offset: u64,
+    first_event: u64,
+}
+
+/// Buffered reader that keeps track of absolute offsets.
+struct Stream<R> {
+    r: R,
+    buf: Vec<u8>,
+    pos: usize,
+    base: u64,
+    eof: bool,
+    read_total: u64,
+}
+
+impl<R: Read> Stream<R> {
+    fn err(&self, message: impl Into<String>) -> TraceError {
+        TraceError { offset: self.base + self.pos as u64, event: None, message: message.into() }
+    }
+
+    /// Reads more input, keeping `buf[keep_from..]`. Returns false at end of input.
+    fn fill(&mut self, keep_from: usize) -> Result<bool, TraceError> {
+        if self.eof {
+            return Ok(false);
+        }
+        if keep_from > 0 {
+            self.buf.drain(..keep_from);
+            self.base += keep_from as u64;
+            self.pos -= keep_from;
+        }
+        let old = self.buf.len();
+        self.buf.resize(old + READ_BYTES, 0);
+        let mut filled = old;
+        while filled < self.buf.len() {
+            match self.r.read(&mut self.buf[filled..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.buf.truncate(filled);
+                    return Err(self.err(format!("read error: {e}")));
+                }
+            }
+        }
+        self.buf.truncate(filled);
+        self.read_total += (filled - old) as u64;
+        Ok(filled > old)
+    }
+
+    /// Skips whitespace, reading more as needed; returns the next byte without consuming it.
+    fn peek(&mut self) -> Result<Option<u8>, TraceError> {
+        loop {
+            while let Some(&b) = self.buf.get(self.pos) {
+                if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                    return Ok(Some(b));
+                }
+                self.pos += 1;
+            }
+            let keep = self.pos;
+            if !self.fill(keep)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Ensures a complete JSON value starts at `pos` and returns its end.
+    fn complete_value(&mut self) -> Result<usize, TraceError> {
+        loop {
+            let end = match self.buf[self.pos] {
+                b'{' | b'[' => json::find_value_end(&self.buf, self.pos),
+                b'"' => {
+                    let mut c = Cursor::at(&self.buf, self.pos);
+                    c.string().ok().map(|_| c.pos)
+                }
+                _ => {
+                    let mut i = self.pos;
+                    while i < self.buf.len() && !matches!(self.buf[i], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        i += 1;
+                    }
+                    (i < self.buf.len() || self.eof).then_some(i)
+                }
+            };
+            if let Some(end) = end {
+                return Ok(end);
+            }
+            let keep = self.pos;
+            if !self.fill(keep)? {
+                return Err(self.err("unexpected end of input: the trace is truncated"));
+            }
+        }
+    }
+}
+
+type TopLevel = Vec<(String, Vec<u8>, u64)>;
+
+/// Walks the top-level object; sends `traceEvents` to the parser in blocks and returns the
+/// raw text of every other key.
+fn split_stream(reader: impl Read, tx: mpsc::SyncSender<Block>, progress: &(dyn Fn(u64) + Sync)) -> Result<TopLevel, TraceError> {
+    let mut s = Stream { r: reader, buf: Vec::new(), pos: 0, base: 0, eof: false, read_total: 0 };
+    let mut top = Vec::new();
+    match s.peek()? {
+        None => return Err(s.err("the file is empty")),
+        Some(b'{') => s.pos += 1,
+        Some(b) if b.is_ascii_graphic() => {
+            return Err(s.err(format!("not a Kineto/Chrome trace: expected a JSON object, found '{}'", b as char)))
+        }
+        Some(_) => return Err(s.err("not a Kineto/Chrome trace: the file is binary, not JSON text")),
+    }
+    let mut first = true;
+    let mut next_event: u64 = 0;
+    loop {
+        match s.peek()? {
+            Some(b'}') => {
+                s.pos += 1;
+                break;
+            }
+            Some(b',') if !first => s.pos += 1,
+            Some(b'"') if first => {}
+            Some(b) => return Err(s.err(format!("expected a key or '}}' in the top-level object, found '{}'", b as char))),
+            None => return Err(s.err("unexpected end of input: the trace is truncated")),
+        }
+        first = false;
+        if s.peek()? != Some(b'"') {
+            return Err(s.err("expected a key in the top-level object"));
+        }
+        let end = s.complete_value()?;
+        let key = {
+            let mut c = Cursor::at(&s.buf[..end], s.pos);
+            c.string().map_err(|e| s.err(e.message))?.into_owned()
+        };
+        s.pos = end;
+        if s.peek()? != Some(b':') {
+            return Err(s.err(format!("expected ':' after key {key:?}")));
+        }
+        s.pos += 1;
+        if s.peek()?.is_none() {
+            return Err(s.err("unexpected end of input: the trace is truncated"));
+        }
+        if key == "traceEvents" {
+            if s.buf[s.pos] != b'[' {
+                return Err(s.err("\"traceEvents\" is not an array"));
+            }
+            s.pos += 1;
+            split_events(&mut s, &tx, &mut next_event, progress)?;
+            top.push((key, Vec::new(), 0));
+        } else {
+            let offset = s.base + s.pos as u64;
+            let end = s.complete_value()?;
+            top.push((key, s.buf[s.pos..end].to_vec(), offset));
+            s.pos = end;
+        }
+    }
+    progress(s.read_total);
+    Ok(top)
+}
+
+fn split_events(
+    s: &mut Stream<impl Read>,
+    tx: &mpsc::SyncSender<Block>,
+    next_event: &mut u64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(), TraceError> {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut expect_comma = false;
+    loop {
+        let b = loop {
+            match s.buf.get(s.pos) {
+                Some(b' ' | b'\n' | b'\r' | b'\t') => s.pos += 1,
+                Some(&b) => break Some(b),
+                None => break None,
+            }
+        };
+        match b {
+            Some(b']') => {
+                s.pos += 1;
+                send_block(s, tx, &mut ranges, next_event);
+                return Ok(());
+            }
+            Some(b',') if expect_comma => {
+                s.pos += 1;
+                expect_comma = false;
+                continue;
+            }
+            Some(b'{') if !expect_comma => {
+                if let Some(end) = json::find_value_end(&s.buf, s.pos) {
+                    ranges.push((s.pos, end));
+                    s.pos = end;
+                    expect_comma = true;
+                    if end - ranges[0].0 >= BLOCK_BYTES {
+                        send_block(s, tx, &mut ranges, next_event);
+                    }
+                    continue;
+                }
+            }
+            Some(b) => {
+                let what = if expect_comma { "',' or ']'" } else { "an event object" };
+                return Err(TraceError {
+                    offset: s.base + s.pos as u64,
+                    event: Some(*next_event + ranges.len() as u64),
+                    message: format!(
+                        "expected {what} in traceEvents, found '{}'",
+                        if b.is_ascii_graphic() { b as char } else { '?' }
+                    ),
+                });
+            }
+            None => {}
+        }
+        // The buffer ends inside an event: hand over the complete ones, then read on.
+        send_block(s, tx, &mut ranges, next_event);
+        progress(s.read_total);
+        let keep = s.pos;
+        if !s.fill(keep)? {
+            return Err(TraceError {
+                offset: s.base + s.pos as u64,
+                event: Some(*next_event),
+                message: "unexpected end of input inside traceEvents: the trace is truncated".into(),
+            });
+        }
+    }
+}
+
+fn send_block(s: &Stream<impl Read>, tx: &mpsc::SyncSender<Block>, ranges: &mut Vec<(usize, usize)>, next_event: &mut u64) {
+    let (Some(&(start, _)), Some(&(_, end))) = (ranges.first(), ranges.last()) else { return };
+    let block = Block {
+        bytes: s.buf[start..end].to_vec(),
+        ranges: ranges.drain(..).map(|(a, b)| (a - start, b - start)).collect(),
+        offset: s.base + start as u64,
+        first_event: *next_event,
+    };
+    *next_event += block.ranges.len() as u64;
+    // The receiver only goes away after an error, which is reported there.
+    let _ = tx.send(block);
+}
+
+/// What one parse task produces.
+#[derive(Default)]
+struct BlockOut {
+    events: EventColumns,
+    counters: CounterColumns,
+    host: HostStructure,
+    warnings: BTreeMap<&'static str, u64>,
+    n_events: u64,
+    n_kernels: u64,
+    n_complete: u64,
+    n_missing_dur: u64,
+}
+
+fn parse_block(block: &Block) -> Result<Vec<BlockOut>, TraceError> {
+    let parts = rayon::current_num_threads().max(1) * 2;
+    let per = block.ranges.len().div_ceil(parts).max(256);
+    block
+        .ranges
+        .par_chunks(per)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let mut out = BlockOut { events: EventColumns::with_capacity(chunk.len()), ..Default::default() };
+            for (j, &(a, b)) in chunk.iter().enumerate() {
+                let index = block.first_event + (i * per + j) as u64;
+                parse_event(&block.bytes[..b], a, &mut out).map_err(|e| TraceError {
+                    offset: block.offset + e.offset as u64,
+                    event: Some(index),
+                    message: e.message,
+                })?;
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// pid / tid as written: an integer or a string.
+enum Id<'a> {
+    Missing,
+    Int(i64),
+    Str(Cow<'a, str>),
+}
+
+impl Id<'_> {
+    fn from_scalar<'b>(v: Scalar<'b>) -> Id<'b> {
+        match v {
+            Scalar::Number(n) => n.parse().ok().map_or(Id::Missing, Id::Int),
+            Scalar::Str(s) => Id::Str(s),
+            _ => Id::Missing,
+        }
+    }
+
+    /// The integer id: the number itself, the number in a string (`"stream 7"`), or a stable
+    /// negative id derived from the text (`"Spans"`).
+    fn int(&self) -> Option<i64> {
+        match self {
+            Id::Missing => None,
+            Id::Int(v) => Some(*v),
+            Id::Str(s) if s.is_empty() => None,
+            Id::Str(s) => Some(json::parse_int_text(s).unwrap_or_else(|| stable_negative_id(s))),
+        }
+    }
+
+    fn original_text(&self) -> Option<&str> {
+        match self {
+            Id::Str(s) if !s.is_empty() && json::parse_int_text(s).is_none() => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// FNV-1a of the text, as a negative number (so it never collides with a real OS id).
+fn stable_negative_id(s: &str) -> i64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    -((h >> 1) as i64) - 1
+}
+
+fn kind_of(cat: &str) -> Kind {
+    match cat {
+        "kernel" | "Kernel" => Kind::Kernel,
+        "gpu_memcpy" | "Memcpy" | "memcpy" => Kind::Memcpy,
+        "gpu_memset" | "Memset" | "memset" => Kind::Memset,
+        "cuda_sync" => Kind::Sync,
+        "cuda_runtime" | "Runtime" | "runtime" => Kind::Runtime,
+        "cuda_driver" | "Driver" | "driver" => Kind::Driver,
+        "cpu_op" | "Operator" | "operator" => Kind::CpuOp,
+        "user_annotation" | "Annotation" => Kind::Annotation,
+        "gpu_user_annotation" => Kind::GpuAnnotation,
+        "python_function" | "python" => Kind::Python,
+        "overhead" | "Overhead" => Kind::Overhead,
+        _ => Kind::Other,
+    }
+}
+
+/// The direction in a copy's name (`Memcpy HtoD (Pageable -> Device)` -> `HtoD`) or in a
+/// ROCm `kind` arg (`DtoD`).
+fn copy_kind_of(name: &str) -> Option<&'static str> {
+    const KINDS: [&str; 7] = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "DtoA", "AtoD"];
+    let word = name.strip_prefix("Memcpy ").unwrap_or(name).split(' ').next()?;
+    KINDS.iter().find(|k| **k == word).copied()
+}
+
+fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
+    let text = match v {
+        Scalar::Number(n) => n,
+        Scalar::Str(s) => s.as_ref(),
+        other => return c.error(format!("\"{field}\" is {}, expected a number of microseconds", other.type_name())),
+    };
+    match us_to_ns(text) {
+        Some(ns) => Ok(ns),
+        None => c.error(format!("\"{field}\" is {text:?}, expected a number of microseconds")),
+    }
+}
+
+const HOUR_NS: i64 = 3_600_000_000_000;
+
+fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()> {
+    let mut c = Cursor::at(buf, start);
+    let mut ph: Option<Cow<str>> = None;
+    let mut cat: Option<Cow<str>> = None;
+    let mut name: Option<Cow<str>> = None;
+    let (mut pid, mut tid) = (Id::Missing, Id::Missing);
+    let (mut ts, mut dur): (Option<i64>, Option<i64>) = (None, None);
+    let mut args: Option<(usize, usize)> = None;
+    c.object(|key, c| {
+        match key {
+            "ph" => ph = Some(expect_str(c, key)?),
+            "cat" => cat = Some(expect_str(c, key)?),
+            "name" => {
+                name = Some(match c.value()? {
+                    Scalar::Str(s) => s,
+                    Scalar::Number(n) => Cow::Borrowed(n),
+                    _ => Cow::Borrowed(""),
+                })
+            }
+            "pid" => pid = Id::from_scalar(c.value()?),
+            "tid" => tid = Id::from_scalar(c.value()?),
+            "ts" => {
+                let v = c.value()?;
+                ts = Some(ns_of(&v, "ts", c)?);
+            }
+            "dur" => {
+                let v = c.value()?;
+                dur = Some(ns_of(&v, "dur", c)?);
+            }
+            "args" => match c.value()? {
+                Scalar::Compound { start, end, object: true } => args = Some((start, end)),
+                Scalar::Null => {}
+                other => return c.error(format!("\"args\" is {}, expected an object", other.type_name())),
+            },
+            _ => {
+                c.value()?;
+            }
+        }
+        Ok(())
+    })?;
+    let ph = ph.as_deref().unwrap_or(if dur.is_some() { "X" } else { "" });
+    let name = name.unwrap_or(Cow::Borrowed(""));
+    let kind = match ph {
+        "X" => kind_of(cat.as_deref().unwrap_or("")),
+        "i" | "I" | "n" => Kind::Instant,
+        "C" => {
+            if let (Some(ts), Some((a, b))) = (ts, args) {
+                counter_event(&buf[..b], a, &name, pid.int(), ts, out)?;
+            }
+            return Ok(());
+        }
+        // Metadata, flows (launch links are also in args.correlation) and async phases.
+        "M" | "s" | "f" | "t" => return Ok(()),
+        _ => {
+            *out.warnings.entry("events of unsupported phase skipped (B/E/b/e/...)").or_default() += 1;
+            return Ok(());
+        }
+    };
+    let Some(ts) = ts else {
+        *out.warnings.entry("events without ts skipped").or_default() += 1;
+        return Ok(());
+    };
+    let dur = if kind == Kind::Instant {
+        0
+    } else {
+        out.n_complete += 1;
+        match dur {
+            Some(d) => d,
+            None => {
+                out.n_missing_dur += 1;
+                0
+            }
+        }
+    };
+    if dur < 0 {
+        *out.warnings.entry("negative durations (kept as-is)").or_default() += 1;
+    } else if dur > 24 * HOUR_NS || (kind.is_gpu() && dur > HOUR_NS) {
+        *out.warnings.entry("implausibly long durations (kept as-is)").or_default() += 1;
+    }
+    let mut e = Event { name: &name, ts, dur, pid: pid.int(), tid: tid.int(), ..Default::default() };
+    let needs_args = kind.is_gpu() || kind.is_launch() || kind == Kind::Instant;
+    let mut mem: Option<MemoryInstant> = None;
+    if let (true, Some((a, b))) = (needs_args, args) {
+        let mut ac = Cursor::at(&buf[..b], a);
+        let mut device_type = None;
+        let mut device_id = None;
+        let (mut allocated, mut reserved) = (None, None);
+        let mut rocm_kind: Option<Cow<str>> = None;
+        ac.object(|key, c| {
+            match key {
+                "correlation" => e.correlation = scalar_i64(&c.value()?),
+                "device" => e.device = scalar_i64(&c.value()?).map(|v| v as i32),
+                "stream" if kind.is_gpu() => e.stream = scalar_i64(&c.value()?),
+                "bytes" => e.bytes = scalar_i64(&c.value()?),
+                "registers per thread" => e.registers = scalar_i64(&c.value()?).map(|v| v as i32),
+                "shared memory" if kind.is_gpu() => e.shared_mem = scalar_i64(&c.value()?),
+                "grid" if kind.is_gpu() => {
+                    if let Some(g) = c.int_triple()? {
+                        e.grid = g.map(|v| v.map(|v| v as i32));
+                    }
+                }
+                "block" if kind.is_gpu() => {
+                    if let Some(g) = c.int_triple()? {
+                        e.block = g.map(|v| v.map(|v| v as i32));
+                    }
+                }
+                "kind" if kind == Kind::Memcpy => {
+                    if let Scalar::Str(s) = c.value()? {
+                        rocm_kind = Some(s);
+                    }
+                }
+                "Device Type" => device_type = scalar_i64(&c.value()?),
+                "Device Id" => device_id = scalar_i64(&c.value()?),
+                "Total Allocated" => allocated = scalar_f64(&c.value()?),
+                "Total Reserved" => reserved = scalar_f64(&c.value()?),
+                _ => {
+                    c.value()?;
+                }
+            }
+            Ok(())
+        })?;
+        if kind == Kind::Instant && (allocated.is_some() || reserved.is_some()) {
+            // Device Type 0 is host memory.
+            let device = match device_type {
+                Some(0) | None => None,
+                _ => device_id.map(|d| d as i32),
+            };
+            mem = Some(MemoryInstant { device, allocated, reserved });
+        }
+        if kind == Kind::Memcpy {
+            e.copy_kind = copy_kind_of(&name).or_else(|| rocm_kind.as_deref().and_then(copy_kind_of));
+        }
+    }
+    if kind.is_gpu() {
+        e.device = e.device.or(e.pid.map(|p| p as i32));
+        e.stream = e.stream.or(e.tid);
+    }
+    let raw_args = args.map(|(a, b)| std::str::from_utf8(&buf[a..b]).unwrap_or("{}"));
+    let args_text: Option<Cow<str>> = match (pid.original_text(), tid.original_text(), raw_args) {
+        (None, None, raw) => raw.map(Cow::Borrowed),
+        (p, t, raw) => Some(Cow::Owned(with_original_ids(p, t, raw))),
+    };
+    e.args = args_text.as_deref();
+    out.events.push(kind, &e);
+    out.n_events += 1;
+    if kind == Kind::Kernel {
+        out.n_kernels += 1;
+    }
+    if let Some(m) = mem {
+        for (label, v) in [("[memory] Total Allocated", m.allocated), ("[memory] Total Reserved", m.reserved)] {
+            if let Some(v) = v {
+                out.counters.push(m.device, e.pid, label, ts, v);
+            }
+        }
+    }
+    let (Some(p), Some(t)) = (e.pid, e.tid) else { return Ok(()) };
+    let step = profiler_step_number(&name);
+    if let Some(n) = step {
+        out.host.steps.push((ts, ts + dur, n));
+    }
+    match kind {
+        Kind::CpuOp | Kind::Annotation if dur >= 0 => {
+            let id = out.host.names.intern(&name);
+            // ProfilerStep#N is a scope, never an operator (legacy traces file it as `Operator`).
+            let annotation = kind == Kind::Annotation || step.is_some();
+            out.host.intervals.push(HostInterval { pid: p, tid: t, start: ts, end: ts + dur, name: id, annotation });
+        }
+        Kind::Runtime | Kind::Driver => {
+            if let Some(correlation) = e.correlation {
+                out.host.launches.push(Launch { correlation, pid: p, tid: t, ts });
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+struct MemoryInstant {
+    device: Option<i32>,
+    allocated: Option<f64>,
+    reserved: Option<f64>,
+}
+
+/// `args` with the original string pid/tid added (`{"pid": "Spans", ...}`).
+fn with_original_ids(pid: Option<&str>, tid: Option<&str>, raw: Option<&str>) -> String {
+    let mut s = String::from("{");
+    for (k, v) in [("pid", pid), ("tid", tid)] {
+        if let Some(v) = v {
+            if s.len() > 1 {
+                s.push_str(", ");
+            }
+            s.push_str(&format!("\"{k}\": {}", serde_json::Value::String(v.to_string())));
+        }
+    }
+    if let Some(raw) = raw {
+        let inner = raw.trim().trim_start_matches('{').trim_end_matches('}').trim();
+        if !inner.is_empty() {
+            s.push_str(", ");
+            s.push_str(inner);
+        }
+    }
+    s.push('}');
+    s
+}
+
+fn expect_str<'a>(c: &mut Cursor<'a>, key: &str) -> json::Result<Cow<'a, str>> {
+    match c.value()? {
+        Scalar::Str(s) => Ok(s),
+        Scalar::Null => Ok(Cow::Borrowed("")),
+        other => c.error(format!("\"{key}\" is {}, expected a string", other.type_name())),
+    }
+}
+
+/// `ph: "C"` counter events: one counter row per numeric arg.
+fn counter_event(buf: &[u8], start: usize, name: &str, pid: Option<i64>, ts: i64, out: &mut BlockOut) -> json::Result<()> {
+    let mut values: Vec<(String, f64)> = Vec::new();
+    Cursor::at(buf, start).object(|key, c| {
+        if let Some(v) = scalar_f64(&c.value()?) {
+            values.push((key.to_string(), v));
+        }
+        Ok(())
+    })?;
+    let single = values.len() == 1;
+    for (k, v) in values {
+        let label = if single { name.to_string() } else { format!("{name}.{k}") };
+        out.counters.push(None, pid, &label, ts, v);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

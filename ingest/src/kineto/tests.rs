@@ -1,0 +1,282 @@
+use super::*;
+use crate::resolve::Resolver;
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+
+fn parse_str(text: &str) -> Result<ParsedTrace, TraceError> {
+    parse(text.as_bytes(), &|_| {})
+}
+
+/// All events of a parsed trace, resolved, as one batch.
+fn resolved(t: ParsedTrace) -> RecordBatch {
+    let schema = gpuq_engine::schema::events_schema();
+    let all = concat_batches(&schema, &t.batches).unwrap();
+    let base = t.time_base_ns;
+    Resolver::new(t.host).resolve(&all, Some(0), base)
+}
+
+fn strings(b: &RecordBatch, col: &str) -> Vec<Option<String>> {
+    let c = b.column_by_name(col).unwrap();
+    match c.data_type() {
+        datafusion::arrow::datatypes::DataType::Dictionary(_, _) => {
+            let d = c.as_dictionary::<Int32Type>();
+            let v = d.values().as_string::<i32>();
+            (0..d.len()).map(|i| d.key(i).map(|k| v.value(k).to_string())).collect()
+        }
+        _ => c.as_string::<i32>().iter().map(|s| s.map(String::from)).collect(),
+    }
+}
+
+fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
+    let c = b.column_by_name(col).unwrap();
+    match c.data_type() {
+        datafusion::arrow::datatypes::DataType::Int32 => c.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        _ => c.as_primitive::<Int64Type>().iter().collect(),
+    }
+}
+
+fn row_of(b: &RecordBatch, name: &str) -> usize {
+    strings(b, "name").iter().position(|n| n.as_deref() == Some(name)).unwrap_or_else(|| panic!("no event {name}"))
+}
+
+const MODERN: &str = r###"{
+  "schemaVersion": 1,
+  "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+  "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8},
+  "traceEvents": [
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 10, "tid": 11, "ts": 100.000, "dur": 900.000, "args": {"External id": 1}},
+  {"ph": "X", "cat": "user_annotation", "name": "## forward ##", "pid": 10, "tid": 11, "ts": 110.5, "dur": 400, "args": {}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 10, "tid": 11, "ts": 120.000, "dur": 100.000, "args": {"External id": 2}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 10, "tid": 11, "ts": 121.000, "dur": 50.000, "args": {"External id": 3}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 122.250, "dur": 5.125, "args": {"External id": 3, "cbid": 211, "correlation": 501}},
+  {"ph": "s", "id": 501, "pid": 10, "tid": 11, "ts": 122.250, "cat": "ac2g", "name": "ac2g"},
+  {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": 130.001, "dur": 20.999,
+   "args": {"External id": 3, "device": 0, "stream": 7, "correlation": 501, "registers per thread": 168, "shared memory": 98304, "grid": [132, 1, 1], "block": [384, 2, 1]}},
+  {"ph": "f", "id": 501, "pid": 0, "tid": 7, "ts": 130.001, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+  {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 10, "tid": 11, "ts": 200, "dur": 3, "args": {"cbid": 307, "correlation": 502}},
+  {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_0", "pid": 0, "tid": 7, "ts": 210, "dur": 4, "args": {"device": 0, "stream": 7, "correlation": 502}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": 11, "ts": 600, "dur": 10, "args": {"correlation": 503}},
+  {"ph": "X", "cat": "kernel", "name": "graph_k", "pid": 0, "tid": 8, "ts": 620, "dur": 1, "args": {"device": 0, "stream": 8, "correlation": 503}},
+  {"ph": "X", "cat": "kernel", "name": "graph_k", "pid": 0, "tid": 8, "ts": 622, "dur": 1, "args": {"device": 0, "stream": 8, "correlation": 503}},
+  {"ph": "X", "cat": "kernel", "name": "early_k", "pid": 0, "tid": 7, "ts": 50, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 20, "ts": 300, "dur": 10, "args": {"device": 0, "stream": 20, "correlation": 504, "bytes": 4096}},
+  {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 20, "ts": 320, "dur": 1, "args": {"device": 0, "stream": 20, "bytes": 64}},
+  {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 10, "tid": 11, "ts": 125, "s": "t", "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048}},
+  {"ph": "X", "cat": "python_function", "name": "train.py(10): step", "pid": 10, "tid": 11, "ts": 101, "dur": 800},
+  {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler", "ts": 90, "dur": 1000, "args": {"Op count": 0}},
+  {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}}
+  ],
+  "baseTimeNanoseconds": 1700000000000000000,
+  "metadata": {"env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123"}}
+}"###;
+
+#[test]
+fn parses_the_modern_shape_with_exact_times() {
+    let t = parse_str(MODERN).unwrap();
+    assert_eq!(t.time_base_ns, 1_700_000_000_000_000_000);
+    assert_eq!(t.events, 17);
+    assert_eq!(t.kernels, 5);
+    assert!(t.top_level.contains_key("distributedInfo"));
+    assert!(!t.top_level.contains_key("traceEvents"));
+    let counters: usize = t.counters.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(counters, 2);
+    let b = resolved(t);
+    let gemm = row_of(&b, "sm90_gemm");
+    assert_eq!(ints(&b, "ts")[gemm], Some(1_700_000_000_000_130_001));
+    assert_eq!(ints(&b, "dur")[gemm], Some(20_999));
+    assert_eq!(ints(&b, "device")[gemm], Some(0));
+    assert_eq!(ints(&b, "stream")[gemm], Some(7));
+    assert_eq!(ints(&b, "correlation")[gemm], Some(501));
+    assert_eq!(ints(&b, "grid_x")[gemm], Some(132));
+    assert_eq!(ints(&b, "block_y")[gemm], Some(2));
+    assert_eq!(ints(&b, "registers")[gemm], Some(168));
+    assert_eq!(ints(&b, "shared_mem")[gemm], Some(98304));
+    assert_eq!(strings(&b, "kind")[gemm].as_deref(), Some("kernel"));
+    // Attribution through the launch call.
+    assert_eq!(strings(&b, "op")[gemm].as_deref(), Some("aten::addmm"));
+    assert_eq!(strings(&b, "scope")[gemm].as_deref(), Some("## forward ##"));
+    assert_eq!(ints(&b, "step")[gemm], Some(7));
+    assert_eq!(ints(&b, "rank")[gemm], Some(0));
+    // cuda_driver launches attribute too; the launch itself gets its op.
+    let triton = row_of(&b, "triton_poi_fused_add_0");
+    assert_eq!(ints(&b, "step")[triton], Some(7));
+    let launch = row_of(&b, "cudaLaunchKernel");
+    assert_eq!(strings(&b, "op")[launch].as_deref(), Some("aten::addmm"));
+    assert_eq!(strings(&b, "kind")[launch].as_deref(), Some("runtime"));
+    assert_eq!(strings(&b, "kind")[row_of(&b, "cuLaunchKernelEx")].as_deref(), Some("driver"));
+    // Annotations: their scope is the enclosing one, not themselves.
+    let fwd = row_of(&b, "## forward ##");
+    assert_eq!(strings(&b, "scope")[fwd].as_deref(), Some("ProfilerStep#7"));
+    assert_eq!(strings(&b, "scope")[row_of(&b, "ProfilerStep#7")], None);
+    assert_eq!(ints(&b, "step")[row_of(&b, "ProfilerStep#7")], Some(7));
+    // GPU work launched before the window has no launch: no op, step by its own time (none here).
+    let early = row_of(&b, "early_k");
+    assert_eq!(strings(&b, "op")[early], None);
+    assert_eq!(ints(&b, "step")[early], None);
+    // Copies and memsets.
+    let copy = row_of(&b, "Memcpy HtoD (Pageable -> Device)");
+    assert_eq!(strings(&b, "copy_kind")[copy].as_deref(), Some("HtoD"));
+    assert_eq!(ints(&b, "bytes")[copy], Some(4096));
+    assert_eq!(strings(&b, "kind")[row_of(&b, "Memset (Device)")].as_deref(), Some("memset"));
+    assert_eq!(strings(&b, "kind")[row_of(&b, "[memory]")].as_deref(), Some("instant"));
+    assert_eq!(strings(&b, "kind")[row_of(&b, "train.py(10): step")].as_deref(), Some("python"));
+    // String pids/tids get stable negative ids and are kept in args.
+    let span = row_of(&b, "PyTorch Profiler (0)");
+    assert!(ints(&b, "pid")[span].unwrap() < 0);
+    let args = strings(&b, "args")[span].clone().unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&args).unwrap();
+    assert_eq!(parsed["pid"], "Spans");
+    assert_eq!(parsed["Op count"], 0);
+    // Host events carry no device/stream.
+    assert_eq!(ints(&b, "device")[launch], None);
+    assert_eq!(ints(&b, "stream")[launch], None);
+}
+
+#[test]
+fn graph_launch_fans_out_to_every_kernel() {
+    let b = resolved(parse_str(MODERN).unwrap());
+    let names = strings(&b, "name");
+    let graph: Vec<usize> = (0..b.num_rows()).filter(|&i| names[i].as_deref() == Some("graph_k")).collect();
+    assert_eq!(graph.len(), 2);
+    for i in graph {
+        assert_eq!(ints(&b, "correlation")[i], Some(503));
+        assert_eq!(ints(&b, "step")[i], Some(7));
+        assert_eq!(strings(&b, "scope")[i].as_deref(), Some("ProfilerStep#7"));
+    }
+}
+
+const LEGACY: &str = r###"{"schemaVersion": 1, "traceEvents": [
+  {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 25738, "tid": "25738", "ts": 1623142623460172, "dur": 176078, "args": {"External id": 4}},
+  {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 25738, "tid": "25738", "ts": 1623142623460200, "dur": 100, "args": {"External id": 5}},
+  {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 25738, "tid": "25738", "ts": 1623142623460210, "dur": 7, "args": {"cbid": 211, "correlation": 34441, "external id": 5, "external ts": 1623142623460200}},
+  {"ph": "X", "cat": "Kernel", "name": "cask_cudnn::computeOffsetsKernel", "pid": 0, "tid": "stream 7", "ts": 1623142623531625, "dur": 2, "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 34441, "external id": 5, "grid": [50, 1, 1], "block": [256, 1, 1]}},
+  {"ph": "X", "cat": "Memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": "stream 7", "ts": 1623142623531700, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": 34450, "bytes": 8}},
+  {"ph": "i", "s": "t", "name": "[memory]", "pid": 25738, "tid": 25738, "ts": 1623142623460121, "args": {"Device Type": 0, "Device Id": -1, "Bytes": 4}},
+  {"ph": "f", "id": 34417, "pid": 0, "tid": "stream 7", "ts": 1623142623529248, "cat": "async", "name": "launch"},
+  {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 1623142624633484}
+]}"###;
+
+#[test]
+fn parses_the_legacy_2021_shape() {
+    let t = parse_str(LEGACY).unwrap();
+    assert_eq!(t.time_base_ns, 0);
+    assert_eq!(t.events, 7);
+    let b = resolved(t);
+    let k = row_of(&b, "cask_cudnn::computeOffsetsKernel");
+    assert_eq!(ints(&b, "ts")[k], Some(1_623_142_623_531_625_000));
+    assert_eq!(ints(&b, "stream")[k], Some(7));
+    assert_eq!(strings(&b, "kind")[k].as_deref(), Some("kernel"));
+    assert_eq!(strings(&b, "op")[k].as_deref(), Some("aten::conv2d"));
+    assert_eq!(ints(&b, "step")[k], Some(5));
+    let op = row_of(&b, "aten::conv2d");
+    assert_eq!(ints(&b, "tid")[op], Some(25738));
+    assert_eq!(strings(&b, "kind")[op].as_deref(), Some("cpu_op"));
+    // ProfilerStep filed as an Operator is a scope, not an operator.
+    assert_eq!(strings(&b, "scope")[op].as_deref(), Some("ProfilerStep#5"));
+    let copy = row_of(&b, "Memcpy DtoH (Device -> Pageable)");
+    assert_eq!(strings(&b, "copy_kind")[copy].as_deref(), Some("DtoH"));
+    let end = row_of(&b, "Record Window End");
+    assert_eq!(ints(&b, "pid")[end], None);
+}
+
+const ROCM: &str = r###"{"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 597913, "tid": 597913, "ts": 4203669603438.000, "dur": 100.0, "args": {}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyWithStream", "pid": 597913, "tid": 597913, "ts": 4203669603438.301, "dur": 60.204, "args": {"External id": 8, "stream": "0x0", "cid": 153, "correlation": 117, "kind": "1"}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "pid": 2, "tid": 0, "ts": 4203669603500.5, "dur": 1.5, "args": {"device": 2, "stream": 0, "correlation": 117, "kind": "DtoD"}},
+  {"ph": "X", "cat": "kernel", "name": "Cijk_Alik_Bljk", "pid": 2, "tid": 0, "ts": 4203669603847.969, "dur": 17.600, "args": {"External id": 13, "device": 2, "stream": 0, "correlation": 121, "kind": "Dispatch Kernel"}}
+]}"###;
+
+#[test]
+fn parses_the_rocm_shape() {
+    let b = resolved(parse_str(ROCM).unwrap());
+    let k = row_of(&b, "Cijk_Alik_Bljk");
+    assert_eq!(ints(&b, "device")[k], Some(2));
+    assert_eq!(ints(&b, "stream")[k], Some(0));
+    assert_eq!(ints(&b, "ts")[k], Some(4_203_669_603_847_969));
+    assert_eq!(ints(&b, "dur")[k], Some(17_600));
+    let copy = row_of(&b, "Memcpy");
+    assert_eq!(strings(&b, "copy_kind")[copy].as_deref(), Some("DtoD"));
+    assert_eq!(strings(&b, "op")[copy].as_deref(), Some("aten::copy_"));
+    let rt = row_of(&b, "hipMemcpyWithStream");
+    assert_eq!(ints(&b, "stream")[rt], None, "host events carry no stream");
+}
+
+#[test]
+fn a_trace_without_kernels_parses() {
+    let t = parse_str(r###"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}"###).unwrap();
+    assert_eq!(t.kernels, 0);
+    assert_eq!(t.events, 1);
+    let t = parse_str(r###"{"traceEvents": []}"###).unwrap();
+    assert_eq!(t.events, 0);
+}
+
+#[test]
+fn reports_bad_input_with_position() {
+    let truncated = &MODERN[..MODERN.find("graph_k").unwrap()];
+    let e = parse_str(truncated).unwrap_err();
+    assert!(e.message.contains("truncated"), "{e}");
+    assert!(e.offset > 0 && e.offset <= truncated.len() as u64, "{e}");
+
+    let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X", "name": "b", "ts": "abc", "dur": 1}]}"###).unwrap_err();
+    assert_eq!(e.event, Some(1), "{e}");
+    assert!(e.message.contains("\"ts\""), "{e}");
+    assert!(e.to_string().contains("event #1"), "{e}");
+
+    let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1}, {"ph": "X", "name": "b", "ts": 2}]}"###).unwrap_err();
+    assert!(e.message.contains("has a \"dur\""), "{e}");
+
+    let e = parse_str(r###"{"displayTimeUnit": "ms"}"###).unwrap_err();
+    assert!(e.message.contains("traceEvents"), "{e}");
+    assert!(parse_str("").unwrap_err().message.contains("empty"));
+    assert!(parse_str("[1, 2]").unwrap_err().message.contains("expected a JSON object"));
+    assert!(parse_str("\u{1}\u{2}binary").unwrap_err().message.contains("binary"));
+    let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1} {"ph": "X"}]}"###).unwrap_err();
+    assert!(e.message.contains("expected ',' or ']'"), "{e}");
+    assert_eq!(e.event, Some(1));
+    let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": 5}]}"###).unwrap_err();
+    assert!(e.message.contains("args"), "{e}");
+}
+
+#[test]
+fn counts_impossible_values_as_warnings_and_keeps_them() {
+    let t = parse_str(r###"{"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": -3},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 7200000000},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 1}
+    ]}"###)
+    .unwrap();
+    assert_eq!(t.events, 4);
+    assert_eq!(t.warnings["negative durations (kept as-is)"], 1);
+    assert_eq!(t.warnings["implausibly long durations (kept as-is)"], 1);
+    assert_eq!(t.warnings["complete events without dur (stored with dur 0)"], 1);
+}
+
+#[test]
+fn blocks_split_anywhere_give_the_same_result() {
+    // Many events so that the splitter crosses buffer and block boundaries.
+    let mut text = String::from("{\"traceEvents\": [\n");
+    for i in 0..20_000 {
+        if i > 0 {
+            text.push_str(",\n");
+        }
+        text.push_str(&format!(
+            "{{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k{}\", \"pid\": 0, \"tid\": 7, \"ts\": {}.{:03}, \"dur\": 1.5, \"args\": {{\"correlation\": {i}, \"note\": \"a \\\"quoted\\\" }} brace\"}}}}",
+            i % 7,
+            1_000_000 + i,
+            i % 1000
+        ));
+    }
+    text.push_str("]}");
+    let reader = std::io::BufReader::with_capacity(777, text.as_bytes());
+    let t = parse(reader, &|_| {}).unwrap();
+    assert_eq!(t.events, 20_000);
+    let b = resolved(t);
+    let ts = ints(&b, "ts");
+    let mut sorted: Vec<i64> = ts.iter().map(|v| v.unwrap()).collect();
+    sorted.sort();
+    assert_eq!(sorted[0], 1_000_000_000);
+    assert_eq!(sorted[19_999], 1_019_999_999);
+    assert_eq!(ints(&b, "dur").iter().map(|v| v.unwrap()).sum::<i64>(), 20_000 * 1500);
+}

@@ -1,0 +1,17 @@
+//! Trace adapters for gpuq.
+//!
+//! Each adapter turns a trace file into canonical Arrow batches
+//! ([`gpuq_engine::schema::events_schema`]); [`driver`] groups files into runs, attributes
+//! GPU work to operators and steps ([`resolve`]), redacts secrets ([`redact`]) and commits
+//! through the engine. Adapters know nothing of SQL.
+
+pub mod driver;
+pub mod events;
+pub mod json;
+pub mod kineto;
+pub mod redact;
+pub mod resolve;
+pub mod source;
+pub mod synth;
+
+pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};

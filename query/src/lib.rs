@@ -1,0 +1,70 @@
+//! gpuq's query layer: a DataFusion session over a store.
+//!
+//! [`open_session`] registers the canonical `events` and `counters` tables (manifest-driven
+//! scans, see [`gpuq_engine::provider`]), the `runs` catalog, and views per event kind:
+//!
+//! | view | rows of `events` |
+//! |---|---|
+//! | `kernels`, `memcpy`, `memset`, `sync` | kind = that kind |
+//! | `runtime` | kind in (`runtime`, `driver`): every launch/API call |
+//! | `cpu_ops` | kind = `cpu_op` |
+//! | `annotations` | kind in (`annotation`, `gpu_annotation`) |
+//! | `gpu_ops` | kind in (`kernel`, `memcpy`, `memset`) |
+//! | `steps` | `ProfilerStep#N` ranges: run, rank, step, ts, dur |
+
+use datafusion::error::Result;
+use datafusion::execution::context::SessionContext;
+use datafusion::prelude::SessionConfig;
+use gpuq_engine::provider::{ManifestTable, RunsTable};
+use gpuq_engine::schema::TableKind;
+use gpuq_engine::Store;
+use std::sync::Arc;
+
+/// Views over `events`: (name, SQL).
+pub const VIEWS: &[(&str, &str)] = &[
+    ("kernels", "SELECT * FROM events WHERE kind = 'kernel'"),
+    ("memcpy", "SELECT * FROM events WHERE kind = 'memcpy'"),
+    ("memset", "SELECT * FROM events WHERE kind = 'memset'"),
+    ("sync", "SELECT * FROM events WHERE kind = 'sync'"),
+    ("runtime", "SELECT * FROM events WHERE kind IN ('runtime', 'driver')"),
+    ("cpu_ops", "SELECT * FROM events WHERE kind = 'cpu_op'"),
+    ("annotations", "SELECT * FROM events WHERE kind IN ('annotation', 'gpu_annotation')"),
+    ("gpu_ops", "SELECT * FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"),
+    (
+        "steps",
+        "SELECT run, rank, step, ts, dur FROM events \
+         WHERE kind IN ('annotation', 'cpu_op') AND name LIKE 'ProfilerStep#%'",
+    ),
+];
+
+/// Base tables of a session.
+pub const TABLES: &[&str] = &["events", "counters", "runs"];
+
+/// The session configuration gpuq uses everywhere.
+pub fn session_config() -> SessionConfig {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let mut config = SessionConfig::new()
+        .with_target_partitions(threads)
+        .with_information_schema(true)
+        .with_default_catalog_and_schema("gpuq", "public");
+    let options = config.options_mut();
+    // Keep the files' (rank, device, stream, ts) order instead of re-sorting for windows.
+    options.optimizer.prefer_existing_sort = true;
+    options.execution.parquet.pushdown_filters = true;
+    config
+}
+
+/// A session over `store` with every table and view registered.
+pub async fn open_session(store: &Store) -> Result<SessionContext> {
+    let ctx = SessionContext::new_with_config(session_config());
+    ctx.register_table("events", Arc::new(ManifestTable::new(store.clone(), TableKind::Events)))?;
+    ctx.register_table("counters", Arc::new(ManifestTable::new(store.clone(), TableKind::Counters)))?;
+    ctx.register_table("runs", Arc::new(RunsTable::new(store.clone())))?;
+    for (name, sql) in VIEWS {
+        ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await?;
+    }
+    Ok(ctx)
+}
+
+#[cfg(test)]
+mod tests;
