@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "gpuq", version, about = "Embedded time-series store and SQL shell for GPU profiling traces")]
+#[command(
+    name = "gpuq",
+    version,
+    about = "Embedded time-series store and SQL shell for GPU profiling traces"
+)]
 pub struct Cli {
     /// Store directory [default: $GPUQ_STORE, else the user's data directory]
     #[arg(long, global = true, env = "GPUQ_STORE")]
@@ -114,9 +118,17 @@ impl OutputFormat {
 
 /// `KEY=VALUE` -> (KEY, VALUE); keys are `[A-Za-z0-9._-]+`.
 pub fn parse_tag(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("tag {s:?} is not KEY=VALUE"))?;
-    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-        return Err(format!("tag key {k:?} must be letters, digits, '.', '_' or '-'"));
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("tag {s:?} is not KEY=VALUE"))?;
+    if k.is_empty()
+        || !k
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(format!(
+            "tag key {k:?} must be letters, digits, '.', '_' or '-'"
+        ));
     }
     Ok((k.to_string(), v.to_string()))
 }
@@ -130,6 +142,8 @@ pub fn store_dir(flag: Option<PathBuf>) -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
         return PathBuf::from(x).join("gpuq");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".local/share/gpuq")
 }

@@ -13,10 +13,21 @@ use std::process::ExitCode;
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let store_path = store_dir(cli.store);
     match cli.command {
-        Command::Ingest { paths, run, tags, format, replace, quiet } => {
+        Command::Ingest {
+            paths,
+            run,
+            tags,
+            format,
+            replace,
+            quiet,
+        } => {
             let _ = format == InputFormat::Auto; // only Kineto today; detection is by content
             let run = run.map(RunId::new).transpose()?;
-            let tags = tags.iter().map(|t| parse_tag(t)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+            let tags = tags
+                .iter()
+                .map(|t| parse_tag(t))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
             let store = open_store(&store_path)?;
             let opts = IngestOptions { run, tags, replace };
             ingest(&store, &paths, &opts, quiet)
@@ -24,24 +35,43 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Query { sql, file, format } => {
             let text = match (sql, file) {
                 (Some(s), None) => s,
-                (None, Some(f)) if f.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())?,
-                (None, Some(f)) => std::fs::read_to_string(&f).with_context(|| f.display().to_string())?,
-                (Some(_), Some(_)) => bail!("give the SQL either as an argument or with -f, not both"),
+                (None, Some(f)) if f.as_os_str() == "-" => {
+                    std::io::read_to_string(std::io::stdin())?
+                }
+                (None, Some(f)) => {
+                    std::fs::read_to_string(&f).with_context(|| f.display().to_string())?
+                }
+                (Some(_), Some(_)) => {
+                    bail!("give the SQL either as an argument or with -f, not both")
+                }
                 (None, None) => bail!("no SQL given (pass it as an argument or with -f FILE)"),
             };
             let ctx = gpuq_query::open_session(&open_store(&store_path)?).await?;
             let failed = run_sql_text(&ctx, &text, format, false, &mut std::io::stdout()).await;
-            Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Sql { format } => {
             let store = open_store(&store_path)?;
             let ctx = gpuq_query::open_session(&store).await?;
             let errors = crate::repl::run(ctx, format, store.root()).await?;
-            Ok(if errors > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if errors > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Runs { action, format } => runs(&open_store(&store_path)?, action, format).await,
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
-        Command::Generate { output, bytes, seed, rank } => generate(&output, bytes, seed, rank),
+        Command::Generate {
+            output,
+            bytes,
+            seed,
+            rank,
+        } => generate(&output, bytes, seed, rank),
     }
 }
 
@@ -57,7 +87,11 @@ impl Progress for Bar {
             b.reset();
             b.set_length(bytes);
             b.set_position(0);
-            b.set_message(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+            b.set_message(
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
         }
     }
     fn bytes(&self, done: u64) {
@@ -72,13 +106,20 @@ impl Progress for Bar {
     }
 }
 
-fn ingest(store: &Store, paths: &[PathBuf], opts: &IngestOptions, quiet: bool) -> anyhow::Result<ExitCode> {
+fn ingest(
+    store: &Store,
+    paths: &[PathBuf],
+    opts: &IngestOptions,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(0);
         b.set_style(
-            ProgressStyle::with_template("{msg:30!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                .expect("valid template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{msg:30!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
         );
         b
     });
@@ -116,7 +157,10 @@ fn print_report(r: &RunReport) {
         mb / r.seconds.max(1e-9)
     );
     if r.redacted > 0 {
-        println!("  redacted {} secret value(s) in the trace metadata", r.redacted);
+        println!(
+            "  redacted {} secret value(s) in the trace metadata",
+            r.redacted
+        );
     }
     for (w, n) in &r.warnings {
         println!("  warning: {n} {w}");
@@ -137,13 +181,21 @@ fn human_ns(ns: i64) -> String {
     format!("{v:.2} {unit}")
 }
 
-async fn runs(store: &Store, action: Option<RunsAction>, format: OutputFormat) -> anyhow::Result<ExitCode> {
+async fn runs(
+    store: &Store,
+    action: Option<RunsAction>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
     match action {
         None => {
             let ctx = gpuq_query::open_session(store).await?;
             let sql = "SELECT run, format, ranks, gpus, events, kernels, span, tags, imported_at FROM runs ORDER BY run";
             let failed = run_sql_text(&ctx, sql, format, false, &mut std::io::stdout()).await;
-            Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Some(RunsAction::Rm { run }) => {
             let run = RunId::new(run)?;
@@ -153,7 +205,11 @@ async fn runs(store: &Store, action: Option<RunsAction>, format: OutputFormat) -
         }
         Some(RunsAction::Tag { run, tags }) => {
             let run = RunId::new(run)?;
-            let tags = tags.iter().map(|t| parse_tag(t)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+            let tags = tags
+                .iter()
+                .map(|t| parse_tag(t))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
             store.writer()?.set_tags(&run, &tags)?;
             println!("tagged run {run}");
             Ok(ExitCode::SUCCESS)
@@ -161,7 +217,12 @@ async fn runs(store: &Store, action: Option<RunsAction>, format: OutputFormat) -
     }
 }
 
-fn generate(output: &Path, bytes: Option<u64>, seed: u64, rank: Option<i32>) -> anyhow::Result<ExitCode> {
+fn generate(
+    output: &Path,
+    bytes: Option<u64>,
+    seed: u64,
+    rank: Option<i32>,
+) -> anyhow::Result<ExitCode> {
     use gpuq_ingest::synth::{write_kineto, SynthConfig};
     let mut cfg = match bytes {
         Some(b) => SynthConfig::sized(b),
@@ -172,7 +233,10 @@ fn generate(output: &Path, bytes: Option<u64>, seed: u64, rank: Option<i32>) -> 
     let file = std::fs::File::create(output).with_context(|| output.display().to_string())?;
     let name = output.to_string_lossy();
     let truth = if name.ends_with(".gz") {
-        let mut w = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::new(6));
+        let mut w = flate2::write::GzEncoder::new(
+            std::io::BufWriter::new(file),
+            flate2::Compression::new(6),
+        );
         let t = write_kineto(&cfg, &mut w)?;
         w.finish()?;
         t
@@ -184,7 +248,13 @@ fn generate(output: &Path, bytes: Option<u64>, seed: u64, rank: Option<i32>) -> 
     } else {
         write_kineto(&cfg, std::io::BufWriter::with_capacity(1 << 20, file))?
     };
-    println!("wrote {}: {} events, {} kernels, {} bytes of JSON", output.display(), truth.events, truth.kernels, truth.bytes_written);
+    println!(
+        "wrote {}: {} events, {} kernels, {} bytes of JSON",
+        output.display(),
+        truth.events,
+        truth.kernels,
+        truth.bytes_written
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -196,7 +266,13 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
     let mut cfg = SynthConfig::demo();
     cfg.steps = steps;
     let truth = write_kineto(&cfg, std::io::BufWriter::new(std::fs::File::create(&path)?))?;
-    println!("generated {} ({} events, {} kernels over {} steps)", path.display(), truth.events, truth.kernels, steps);
+    println!(
+        "generated {} ({} events, {} kernels over {} steps)",
+        path.display(),
+        truth.events,
+        truth.kernels,
+        steps
+    );
     let opts = IngestOptions {
         run: Some(RunId::new("demo")?),
         tags: vec![("source".into(), "gpuq-demo".into())],
@@ -217,7 +293,18 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
         SELECT step, count(*) AS kernels, sum(dur) AS kernel_ns FROM kernels WHERE run = 'demo' \
         GROUP BY step ORDER BY step LIMIT 5;";
     println!("\nTop kernels of run 'demo':");
-    let failed = run_sql_text(&ctx, sql, OutputFormat::Table, false, &mut std::io::stdout()).await;
+    let failed = run_sql_text(
+        &ctx,
+        sql,
+        OutputFormat::Table,
+        false,
+        &mut std::io::stdout(),
+    )
+    .await;
     println!("Try: gpuq --store {} sql", store.root().display());
-    Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

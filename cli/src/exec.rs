@@ -3,8 +3,8 @@
 use crate::args::OutputFormat;
 use crate::output;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::execution::context::SessionContext;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::context::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement};
 use std::io::Write;
 use std::time::Instant;
@@ -23,7 +23,10 @@ pub fn split_statements(sql: &str) -> Result<Vec<Statement>, String> {
 }
 
 /// Runs one statement and collects its result.
-pub async fn run_statement(ctx: &SessionContext, stmt: Statement) -> datafusion::error::Result<(SchemaRef, Vec<RecordBatch>)> {
+pub async fn run_statement(
+    ctx: &SessionContext,
+    stmt: Statement,
+) -> datafusion::error::Result<(SchemaRef, Vec<RecordBatch>)> {
     let plan = ctx.state().statement_to_plan(stmt).await?;
     let df = ctx.execute_logical_plan(plan).await?;
     let schema = df.schema().inner().clone();
@@ -33,7 +36,13 @@ pub async fn run_statement(ctx: &SessionContext, stmt: Statement) -> datafusion:
 
 /// Runs every statement of `sql`; prints results to `out` and errors to stderr.
 /// Returns the number of failed statements.
-pub async fn run_sql_text(ctx: &SessionContext, sql: &str, format: OutputFormat, timing: bool, out: &mut dyn Write) -> usize {
+pub async fn run_sql_text(
+    ctx: &SessionContext,
+    sql: &str,
+    format: OutputFormat,
+    timing: bool,
+    out: &mut dyn Write,
+) -> usize {
     let statements = match split_statements(sql) {
         Ok(s) => s,
         Err(e) => {

@@ -36,18 +36,29 @@ fn command(i: &str) -> IResult<&str, Meta> {
         map(alt((tag("\\help"), tag("\\?"), tag("\\h"))), |_| Meta::Help),
         map(tag("\\runs"), |_| Meta::Runs),
         map(alt((tag("\\tables"), tag("\\dt"))), |_| Meta::Tables),
-        map(preceded(tag("\\d"), preceded(space1, word)), |t: &str| Meta::Describe(t.to_string())),
+        map(preceded(tag("\\d"), preceded(space1, word)), |t: &str| {
+            Meta::Describe(t.to_string())
+        }),
         map(tag("\\d"), |_| Meta::Tables),
         map(
             preceded(
                 tag("\\timing"),
-                opt(preceded(space1, alt((map(tag("on"), |_| true), map(tag("off"), |_| false))))),
+                opt(preceded(
+                    space1,
+                    alt((map(tag("on"), |_| true), map(tag("off"), |_| false))),
+                )),
             ),
             Meta::Timing,
         ),
-        map(preceded(tag("\\format"), arg), |f: &str| Meta::Format(f.to_string())),
-        map(preceded(tag("\\o"), opt(arg)), |f: Option<&str>| Meta::Output(f.filter(|f| !f.is_empty()).map(String::from))),
-        map(preceded(tag("\\i"), arg), |f: &str| Meta::Include(f.to_string())),
+        map(preceded(tag("\\format"), arg), |f: &str| {
+            Meta::Format(f.to_string())
+        }),
+        map(preceded(tag("\\o"), opt(arg)), |f: Option<&str>| {
+            Meta::Output(f.filter(|f| !f.is_empty()).map(String::from))
+        }),
+        map(preceded(tag("\\i"), arg), |f: &str| {
+            Meta::Include(f.to_string())
+        }),
     ))
     .parse(i)
 }
@@ -57,7 +68,9 @@ pub fn parse(line: &str) -> Result<Meta, String> {
     let line = line.trim().trim_end_matches(';').trim_end();
     match all_consuming(preceded(space0, command)).parse(line) {
         Ok((_, m)) => Ok(m),
-        Err(_) => Err(format!("unknown or malformed meta-command {line:?} (\\help lists them)")),
+        Err(_) => Err(format!(
+            "unknown or malformed meta-command {line:?} (\\help lists them)"
+        )),
     }
 }
 
@@ -89,9 +102,15 @@ mod tests {
         assert_eq!(parse("\\timing"), Ok(Meta::Timing(None)));
         assert_eq!(parse("\\timing off"), Ok(Meta::Timing(Some(false))));
         assert_eq!(parse("\\format csv"), Ok(Meta::Format("csv".into())));
-        assert_eq!(parse("\\o /tmp/out.txt"), Ok(Meta::Output(Some("/tmp/out.txt".into()))));
+        assert_eq!(
+            parse("\\o /tmp/out.txt"),
+            Ok(Meta::Output(Some("/tmp/out.txt".into())))
+        );
         assert_eq!(parse("\\o"), Ok(Meta::Output(None)));
-        assert_eq!(parse("\\i my file.sql"), Ok(Meta::Include("my file.sql".into())));
+        assert_eq!(
+            parse("\\i my file.sql"),
+            Ok(Meta::Include("my file.sql".into()))
+        );
         assert_eq!(parse("\\runs"), Ok(Meta::Runs));
         assert!(parse("\\bogus").is_err());
         assert!(parse("\\format").is_err());

@@ -7,18 +7,33 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::arrow::util::pretty::pretty_format_batches_with_options;
 use std::io::Write;
 
-pub fn write_batches(out: &mut dyn Write, format: OutputFormat, schema: &SchemaRef, batches: &[RecordBatch]) -> anyhow::Result<()> {
+pub fn write_batches(
+    out: &mut dyn Write,
+    format: OutputFormat,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> anyhow::Result<()> {
     match format {
         OutputFormat::Table => {
             if schema.fields().is_empty() {
                 return Ok(());
             }
-            let batches: Vec<RecordBatch> = if batches.is_empty() { vec![RecordBatch::new_empty(schema.clone())] } else { batches.to_vec() };
+            let batches: Vec<RecordBatch> = if batches.is_empty() {
+                vec![RecordBatch::new_empty(schema.clone())]
+            } else {
+                batches.to_vec()
+            };
             let opts = FormatOptions::default().with_null("NULL");
-            writeln!(out, "{}", pretty_format_batches_with_options(&batches, &opts)?)?;
+            writeln!(
+                out,
+                "{}",
+                pretty_format_batches_with_options(&batches, &opts)?
+            )?;
         }
         OutputFormat::Csv => {
-            let mut w = datafusion::arrow::csv::WriterBuilder::new().with_header(true).build(&mut *out);
+            let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(&mut *out);
             if batches.is_empty() {
                 w.write(&RecordBatch::new_empty(schema.clone()))?;
             }
@@ -47,7 +62,11 @@ pub fn write_batches(out: &mut dyn Write, format: OutputFormat, schema: &SchemaR
         OutputFormat::Markdown => {
             let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             writeln!(out, "| {} |", names.join(" | "))?;
-            writeln!(out, "|{}|", names.iter().map(|_| "---").collect::<Vec<_>>().join("|"))?;
+            writeln!(
+                out,
+                "|{}|",
+                names.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+            )?;
             let opts = FormatOptions::default().with_null("NULL");
             for b in batches {
                 let fmts = b
@@ -56,7 +75,10 @@ pub fn write_batches(out: &mut dyn Write, format: OutputFormat, schema: &SchemaR
                     .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
                     .collect::<Result<Vec<_>, _>>()?;
                 for row in 0..b.num_rows() {
-                    let cells: Vec<String> = fmts.iter().map(|f| f.value(row).to_string().replace('|', "\\|")).collect();
+                    let cells: Vec<String> = fmts
+                        .iter()
+                        .map(|f| f.value(row).to_string().replace('|', "\\|"))
+                        .collect();
                     writeln!(out, "| {} |", cells.join(" | "))?;
                 }
             }

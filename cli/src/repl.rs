@@ -32,7 +32,13 @@ enum Flow {
 
 impl Shell {
     pub fn new(ctx: SessionContext, format: OutputFormat) -> Shell {
-        Shell { ctx, format, timing: false, output: None, errors: 0 }
+        Shell {
+            ctx,
+            format,
+            timing: false,
+            output: None,
+            errors: 0,
+        }
     }
 
     async fn run_sql(&mut self, sql: &str, interactive: bool) {
@@ -94,13 +100,15 @@ impl Shell {
                 self.timing = v.unwrap_or(!self.timing);
                 eprintln!("timing is {}", if self.timing { "on" } else { "off" });
             }
-            Meta::Format(f) => match OutputFormat::parse(&f) {
-                Some(f) => self.format = f,
-                None => {
-                    eprintln!("gpuq: error: unknown format {f:?} (table, csv, json, ndjson, markdown)");
-                    self.errors += 1;
+            Meta::Format(f) => {
+                match OutputFormat::parse(&f) {
+                    Some(f) => self.format = f,
+                    None => {
+                        eprintln!("gpuq: error: unknown format {f:?} (table, csv, json, ndjson, markdown)");
+                        self.errors += 1;
+                    }
                 }
-            },
+            }
             Meta::Output(None) => self.output = None,
             Meta::Output(Some(path)) => match File::create(&path) {
                 Ok(f) => self.output = Some((path, f)),
@@ -183,7 +191,12 @@ struct GpuqHelper {
 
 impl Completer for GpuqHelper {
     type Candidate = Pair;
-    fn complete(&self, line: &str, pos: usize, _ctx: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _ctx: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
         let start = line[..pos]
             .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\\'))
             .map_or(0, |i| i + 1);
@@ -195,7 +208,10 @@ impl Completer for GpuqHelper {
             .words
             .iter()
             .filter(|w| w.to_ascii_lowercase().starts_with(&prefix))
-            .map(|w| Pair { display: w.clone(), replacement: w.clone() })
+            .map(|w| Pair {
+                display: w.clone(),
+                replacement: w.clone(),
+            })
             .collect();
         out.dedup_by(|a, b| a.replacement == b.replacement);
         Ok((start, out))
@@ -221,20 +237,66 @@ impl Validator for GpuqHelper {
 }
 
 const KEYWORDS: &[&str] = &[
-    "SELECT", "FROM", "WHERE", "GROUP BY", "ORDER BY", "LIMIT", "JOIN", "ON", "AS", "AND", "OR", "NOT", "IN",
-    "LIKE", "DESC", "ASC", "HAVING", "WITH", "UNION", "DISTINCT", "EXPLAIN", "ANALYZE", "CASE", "WHEN", "THEN",
-    "ELSE", "END", "OVER", "PARTITION BY", "count", "sum", "avg", "min", "max",
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP BY",
+    "ORDER BY",
+    "LIMIT",
+    "JOIN",
+    "ON",
+    "AS",
+    "AND",
+    "OR",
+    "NOT",
+    "IN",
+    "LIKE",
+    "DESC",
+    "ASC",
+    "HAVING",
+    "WITH",
+    "UNION",
+    "DISTINCT",
+    "EXPLAIN",
+    "ANALYZE",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "OVER",
+    "PARTITION BY",
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
 ];
 
 async fn completion_words(ctx: &SessionContext) -> Vec<String> {
     let mut words: Vec<String> = KEYWORDS.iter().map(|s| s.to_string()).collect();
-    words.extend(["\\runs", "\\tables", "\\d", "\\timing", "\\format", "\\o", "\\i", "\\help", "\\q"].map(String::from));
+    words.extend(
+        [
+            "\\runs", "\\tables", "\\d", "\\timing", "\\format", "\\o", "\\i", "\\help", "\\q",
+        ]
+        .map(String::from),
+    );
     let sql = "SELECT DISTINCT table_name AS w FROM information_schema.tables WHERE table_schema = 'public' \
                UNION SELECT DISTINCT column_name AS w FROM information_schema.columns WHERE table_schema = 'public'";
-    if let Ok((_, batches)) = crate::exec::run_statement(ctx, crate::exec::split_statements(sql).unwrap_or_default().remove(0)).await {
+    if let Ok((_, batches)) = crate::exec::run_statement(
+        ctx,
+        crate::exec::split_statements(sql)
+            .unwrap_or_default()
+            .remove(0),
+    )
+    .await
+    {
         for b in batches {
             let col = b.column(0);
-            let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &Default::default());
+            let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(
+                col.as_ref(),
+                &Default::default(),
+            );
             if let Ok(f) = formatter {
                 for i in 0..b.num_rows() {
                     words.push(f.value(i).to_string());
@@ -256,7 +318,11 @@ fn history_path(store: &std::path::Path) -> PathBuf {
 }
 
 /// Runs the shell: interactive on a terminal, as a script otherwise. Returns the number of errors.
-pub async fn run(ctx: SessionContext, format: OutputFormat, store: &std::path::Path) -> anyhow::Result<usize> {
+pub async fn run(
+    ctx: SessionContext,
+    format: OutputFormat,
+    store: &std::path::Path,
+) -> anyhow::Result<usize> {
     let mut shell = Shell::new(ctx, format);
     if !std::io::stdin().is_terminal() {
         let mut text = String::new();
@@ -264,8 +330,13 @@ pub async fn run(ctx: SessionContext, format: OutputFormat, store: &std::path::P
         shell.run_script(&text, false).await;
         return Ok(shell.errors);
     }
-    let helper = GpuqHelper { words: completion_words(&shell.ctx).await };
-    let config = rustyline::Config::builder().auto_add_history(false).max_history_size(10_000)?.build();
+    let helper = GpuqHelper {
+        words: completion_words(&shell.ctx).await,
+    };
+    let config = rustyline::Config::builder()
+        .auto_add_history(false)
+        .max_history_size(10_000)?
+        .build();
     let mut editor: Editor<GpuqHelper, DefaultHistory> = Editor::with_config(config)?;
     editor.set_helper(Some(helper));
     let history = history_path(store);

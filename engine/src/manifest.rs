@@ -110,7 +110,9 @@ impl RunMeta {
         }
         if self.metadata.is_null() {
             self.metadata = other.metadata;
-        } else if let (Some(a), serde_json::Value::Object(b)) = (self.metadata.as_object_mut(), other.metadata) {
+        } else if let (Some(a), serde_json::Value::Object(b)) =
+            (self.metadata.as_object_mut(), other.metadata)
+        {
             for (k, v) in b {
                 a.entry(k).or_insert(v);
             }
@@ -139,8 +141,11 @@ impl Manifest {
 
     /// Every data file of `table`, with its run.
     pub fn files(&self, table: TableKind) -> impl Iterator<Item = (&RunId, &FileEntry)> {
-        self.runs
-            .iter()
-            .flat_map(move |(r, e)| e.files.iter().filter(move |f| f.table == table).map(move |f| (r, f)))
+        self.runs.iter().flat_map(move |(r, e)| {
+            e.files
+                .iter()
+                .filter(move |f| f.table == table)
+                .map(move |f| (r, f))
+        })
     }
 }

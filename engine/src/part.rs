@@ -27,7 +27,13 @@ pub fn sort_batch(table: TableKind, batch: &RecordBatch) -> Result<RecordBatch> 
                 .column_by_name(name)
                 .ok_or_else(|| schema_error(table, format!("missing column {name}")))?
                 .clone();
-            Ok(SortColumn { values, options: Some(SortOptions { descending: false, nulls_first: true }) })
+            Ok(SortColumn {
+                values,
+                options: Some(SortOptions {
+                    descending: false,
+                    nulls_first: true,
+                }),
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let indices = compute::lexsort_to_indices(&columns, None)?;
@@ -40,7 +46,10 @@ pub fn sort_batch(table: TableKind, batch: &RecordBatch) -> Result<RecordBatch> 
 }
 
 fn schema_error(table: TableKind, reason: String) -> Error {
-    Error::Schema { table: table.name(), reason }
+    Error::Schema {
+        table: table.name(),
+        reason,
+    }
 }
 
 /// Checks that `batch` has exactly the table's file schema.
@@ -48,13 +57,26 @@ pub fn check_schema(table: TableKind, batch: &RecordBatch) -> Result<()> {
     let want = table.file_schema();
     let got = batch.schema();
     if want.fields().len() != got.fields().len() {
-        return Err(schema_error(table, format!("{} columns, expected {}", got.fields().len(), want.fields().len())));
+        return Err(schema_error(
+            table,
+            format!(
+                "{} columns, expected {}",
+                got.fields().len(),
+                want.fields().len()
+            ),
+        ));
     }
     for (w, g) in want.fields().iter().zip(got.fields()) {
         if w.name() != g.name() || w.data_type() != g.data_type() {
             return Err(schema_error(
                 table,
-                format!("column {} {:?}, expected {} {:?}", g.name(), g.data_type(), w.name(), w.data_type()),
+                format!(
+                    "column {} {:?}, expected {} {:?}",
+                    g.name(),
+                    g.data_type(),
+                    w.name(),
+                    w.data_type()
+                ),
             ));
         }
     }
@@ -67,10 +89,16 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
         .sort_columns()
         .iter()
         .filter_map(|c| schema.index_of(c).ok())
-        .map(|i| SortingColumn { column_idx: i as i32, descending: false, nulls_first: true })
+        .map(|i| SortingColumn {
+            column_idx: i as i32,
+            descending: false,
+            nulls_first: true,
+        })
         .collect();
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid zstd level")))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid zstd level"),
+        ))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_data_page_row_count_limit(20_000)
@@ -82,15 +110,25 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
 pub fn column_stats(table: TableKind, batch: &RecordBatch) -> BTreeMap<String, Option<(i64, i64)>> {
     let mut stats = BTreeMap::new();
     for name in table.stat_columns() {
-        let Some(col) = batch.column_by_name(name) else { continue };
+        let Some(col) = batch.column_by_name(name) else {
+            continue;
+        };
         let minmax = match col.data_type() {
             DataType::Int64 => {
-                let a = col.as_any().downcast_ref::<Int64Array>().expect("Int64 column");
+                let a = col
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .expect("Int64 column");
                 compute::min(a).zip(compute::max(a))
             }
             DataType::Int32 => {
-                let a = col.as_any().downcast_ref::<Int32Array>().expect("Int32 column");
-                compute::min(a).zip(compute::max(a)).map(|(a, b)| (a as i64, b as i64))
+                let a = col
+                    .as_any()
+                    .downcast_ref::<Int32Array>()
+                    .expect("Int32 column");
+                compute::min(a)
+                    .zip(compute::max(a))
+                    .map(|(a, b)| (a as i64, b as i64))
             }
             _ => None,
         };
@@ -104,7 +142,11 @@ pub fn column_stats(table: TableKind, batch: &RecordBatch) -> BTreeMap<String, O
 pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Result<u64> {
     let file = File::create(path).map_err(Error::io(path))?;
     let props = writer_properties(table, batch);
-    let mut writer = ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, file), batch.schema(), Some(props))?;
+    let mut writer = ArrowWriter::try_new(
+        BufWriter::with_capacity(1 << 20, file),
+        batch.schema(),
+        Some(props),
+    )?;
     let mut offset = 0;
     // Write in row-group sized slices so the writer never buffers more than one row group.
     while offset < batch.num_rows() {
@@ -113,7 +155,10 @@ pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Resu
         offset += len;
     }
     let buf = writer.into_inner()?;
-    let file = buf.into_inner().map_err(|e| Error::Io { path: path.to_path_buf(), source: e.into_error() })?;
+    let file = buf.into_inner().map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e.into_error(),
+    })?;
     file.sync_all().map_err(Error::io(path))?;
     let size = file.metadata().map_err(Error::io(path))?.len();
     Ok(size)
@@ -135,11 +180,15 @@ mod tests {
         RecordBatch::try_new(
             TableKind::Counters.file_schema(),
             vec![
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
                 Arc::new(Int32Array::from(vec![Some(0); rows.len()])),
                 Arc::new(Int64Array::from(vec![None::<i64>; rows.len()])),
                 Arc::new(names.finish()),
-                Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+                Arc::new(Int64Array::from(
+                    rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+                )),
                 Arc::new(Float64Array::from(vec![1.0; rows.len()])),
             ],
         )
@@ -148,10 +197,20 @@ mod tests {
 
     #[test]
     fn sorts_by_table_key_with_nulls_first_and_records_stats() {
-        let b = counters(&[(Some(1), "a", 30), (None, "a", 50), (Some(1), "a", 10), (Some(0), "b", 20)]);
+        let b = counters(&[
+            (Some(1), "a", 30),
+            (None, "a", 50),
+            (Some(1), "a", 10),
+            (Some(0), "b", 20),
+        ]);
         check_schema(TableKind::Counters, &b).unwrap();
         let s = sort_batch(TableKind::Counters, &b).unwrap();
-        let ts = s.column_by_name("ts").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+        let ts = s
+            .column_by_name("ts")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         assert_eq!(ts.values().to_vec(), vec![50, 20, 10, 30]);
         let stats = column_stats(TableKind::Counters, &s);
         assert_eq!(stats["ts"], Some((10, 50)));

@@ -73,7 +73,10 @@ mod tests {
 
     #[test]
     fn manifest_names_round_trip_and_sort_newest_first() {
-        let names: Vec<String> = [1u64, 2, 10, 999].iter().map(|v| manifest_file_name(*v)).collect();
+        let names: Vec<String> = [1u64, 2, 10, 999]
+            .iter()
+            .map(|v| manifest_file_name(*v))
+            .collect();
         let mut sorted = names.clone();
         sorted.sort();
         assert_eq!(sorted.first(), names.last());

@@ -11,8 +11,8 @@ use crate::schema::{self, TableKind};
 use crate::store::Store;
 use async_trait::async_trait;
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Int32Array, Int64Array, MapBuilder, RecordBatch, StringArray, StringBuilder,
-    TimestampNanosecondArray,
+    ArrayRef, BooleanArray, Int32Array, Int64Array, MapBuilder, RecordBatch, StringArray,
+    StringBuilder, TimestampNanosecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableProvider};
@@ -50,7 +50,11 @@ pub struct ManifestTable {
 
 impl ManifestTable {
     pub fn new(store: Store, table: TableKind) -> ManifestTable {
-        ManifestTable { store, table, schema: schema::table_schema(table) }
+        ManifestTable {
+            store,
+            table,
+            schema: schema::table_schema(table),
+        }
     }
 }
 
@@ -73,7 +77,11 @@ impl PruningStatistics for FileStats<'_> {
         None
     }
     fn row_counts(&self) -> Option<ArrayRef> {
-        Some(Arc::new(datafusion::arrow::array::UInt64Array::from_iter_values(self.files.iter().map(|(_, f)| f.rows))))
+        Some(Arc::new(
+            datafusion::arrow::array::UInt64Array::from_iter_values(
+                self.files.iter().map(|(_, f)| f.rows),
+            ),
+        ))
     }
     fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
         None
@@ -84,13 +92,20 @@ impl FileStats<'_> {
     fn values(&self, column: &Column, pick: fn((i64, i64)) -> i64) -> Option<ArrayRef> {
         let name = column.name.as_str();
         if name == "run" {
-            return Some(Arc::new(StringArray::from_iter_values(self.files.iter().map(|(r, _)| r.as_str()))));
+            return Some(Arc::new(StringArray::from_iter_values(
+                self.files.iter().map(|(r, _)| r.as_str()),
+            )));
         }
-        let values = self.files.iter().map(|(_, f)| f.stats.get(name).map(|s| s.map(pick)));
+        let values = self
+            .files
+            .iter()
+            .map(|(_, f)| f.stats.get(name).map(|s| s.map(pick)));
         let all: Option<Vec<Option<i64>>> = values.collect();
         let all = all?; // column without manifest stats: cannot prune
         match column_type(name) {
-            Some(DataType::Int32) => Some(Arc::new(Int32Array::from_iter(all.into_iter().map(|v| v.map(|v| v as i32))))),
+            Some(DataType::Int32) => Some(Arc::new(Int32Array::from_iter(
+                all.into_iter().map(|v| v.map(|v| v as i32)),
+            ))),
             Some(DataType::Int64) => Some(Arc::new(Int64Array::from_iter(all))),
             _ => None,
         }
@@ -98,7 +113,10 @@ impl FileStats<'_> {
 }
 
 fn column_type(name: &str) -> Option<DataType> {
-    schema::events_schema().field_with_name(name).ok().map(|f| f.data_type().clone())
+    schema::events_schema()
+        .field_with_name(name)
+        .ok()
+        .map(|f| f.data_type().clone())
 }
 
 /// Splits files into at most `n` groups of similar total size (largest first, into the lightest group).
@@ -111,7 +129,11 @@ fn balanced_groups(mut files: Vec<(u64, PartitionedFile)>, n: usize) -> Vec<File
         g.0 += size;
         g.1.push(f);
     }
-    groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()
+    groups
+        .into_iter()
+        .filter(|g| !g.1.is_empty())
+        .map(|g| FileGroup::new(g.1))
+        .collect()
 }
 
 #[async_trait]
@@ -124,7 +146,10 @@ impl TableProvider for ManifestTable {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
     }
 
@@ -140,7 +165,10 @@ impl TableProvider for ManifestTable {
         if let Some(predicate) = conjunction(filters.iter().cloned()) {
             let df_schema = DFSchema::try_from(self.schema.clone())?;
             let physical = state.create_physical_expr(predicate, &df_schema)?;
-            if let Some(pruning) = PruningPredicateBuilder::new().with_file_schema(self.schema.clone()).build(physical) {
+            if let Some(pruning) = PruningPredicateBuilder::new()
+                .with_file_schema(self.schema.clone())
+                .build(physical)
+            {
                 let keep = pruning.prune(&FileStats { files: &files })?;
                 let mut keep = keep.into_iter();
                 files.retain(|_| keep.next().unwrap_or(true));
@@ -150,14 +178,18 @@ impl TableProvider for ManifestTable {
         let n_file_cols = file_schema.fields().len();
         // SQL sees `run` first; the scan has it after the file columns.
         let mapped: Vec<usize> = match projection {
-            Some(p) => p.iter().map(|&i| if i == 0 { n_file_cols } else { i - 1 }).collect(),
-            None => (0..self.schema.fields().len()).map(|i| if i == 0 { n_file_cols } else { i - 1 }).collect(),
+            Some(p) => p
+                .iter()
+                .map(|&i| if i == 0 { n_file_cols } else { i - 1 })
+                .collect(),
+            None => (0..self.schema.fields().len())
+                .map(|i| if i == 0 { n_file_cols } else { i - 1 })
+                .collect(),
         };
         if files.is_empty() {
-            let projected = Arc::new(self.schema.project(projection.map_or(
-                &(0..self.schema.fields().len()).collect::<Vec<_>>(),
-                |p| p,
-            ))?);
+            let projected = Arc::new(self.schema.project(
+                projection.map_or(&(0..self.schema.fields().len()).collect::<Vec<_>>(), |p| p),
+            )?);
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
         let root = self.store.root();
@@ -219,7 +251,11 @@ impl RunsTable {
         Arc::new(Schema::new(vec![
             utf8("run", false),
             utf8("format", false),
-            Field::new("imported_at", DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())), false),
+            Field::new(
+                "imported_at",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+                false,
+            ),
             Field::new("ranks", DataType::Int32, false),
             i64f("world_size"),
             utf8("gpus", true),
@@ -243,10 +279,14 @@ impl RunsTable {
     pub fn batch(manifest: &Manifest) -> Result<RecordBatch> {
         let runs: Vec<_> = manifest.runs.iter().collect();
         let s = |f: &dyn Fn(&crate::manifest::RunEntry) -> Option<String>| -> ArrayRef {
-            Arc::new(StringArray::from(runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>()))
+            Arc::new(StringArray::from(
+                runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>(),
+            ))
         };
         let i = |f: &dyn Fn(&crate::manifest::RunEntry) -> Option<i64>| -> ArrayRef {
-            Arc::new(Int64Array::from(runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>()))
+            Arc::new(Int64Array::from(
+                runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>(),
+            ))
         };
         let mut tags = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         for (_, e) in &runs {
@@ -258,13 +298,23 @@ impl RunsTable {
         }
         let json = |v: &dyn erased_json::Ser| Some(v.to_json());
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(runs.iter().map(|(r, _)| r.as_str()))),
+            Arc::new(StringArray::from_iter_values(
+                runs.iter().map(|(r, _)| r.as_str()),
+            )),
             s(&|e| Some(e.meta.format.clone())),
             Arc::new(
-                TimestampNanosecondArray::from(runs.iter().map(|(_, e)| e.meta.imported_at_ns).collect::<Vec<_>>())
-                    .with_timezone("UTC"),
+                TimestampNanosecondArray::from(
+                    runs.iter()
+                        .map(|(_, e)| e.meta.imported_at_ns)
+                        .collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
             ),
-            Arc::new(Int32Array::from(runs.iter().map(|(_, e)| e.meta.ranks.len().max(1) as i32).collect::<Vec<_>>())),
+            Arc::new(Int32Array::from(
+                runs.iter()
+                    .map(|(_, e)| e.meta.ranks.len().max(1) as i32)
+                    .collect::<Vec<_>>(),
+            )),
             i(&|e| e.meta.world_size),
             s(&|e| gpu_summary(&e.meta.devices)),
             i(&|e| e.meta.first_ts),
@@ -279,7 +329,13 @@ impl RunsTable {
             s(&|e| json(&e.meta.sources)),
             s(&|e| json(&e.meta.devices)),
             s(&|e| json(&e.meta.metadata)),
-            s(&|e| if e.meta.warnings.is_empty() { None } else { json(&e.meta.warnings) }),
+            s(&|e| {
+                if e.meta.warnings.is_empty() {
+                    None
+                } else {
+                    json(&e.meta.warnings)
+                }
+            }),
         ];
         // The map builder names its fields itself; cast to the declared schema's names.
         let schema = Self::table_schema();
@@ -302,7 +358,11 @@ impl RunsTable {
 fn gpu_summary(devices: &[crate::manifest::DeviceInfo]) -> Option<String> {
     let mut counts: Vec<(String, usize)> = Vec::new();
     for d in devices {
-        let name = if d.name.is_empty() { "unnamed GPU".to_string() } else { d.name.clone() };
+        let name = if d.name.is_empty() {
+            "unnamed GPU".to_string()
+        } else {
+            d.name.clone()
+        };
         match counts.iter_mut().find(|c| c.0 == name) {
             Some(c) => c.1 += 1,
             None => counts.push((name, 1)),
@@ -311,7 +371,13 @@ fn gpu_summary(devices: &[crate::manifest::DeviceInfo]) -> Option<String> {
     if counts.is_empty() {
         return None;
     }
-    Some(counts.iter().map(|(n, c)| format!("{c}x {n}")).collect::<Vec<_>>().join(", "))
+    Some(
+        counts
+            .iter()
+            .map(|(n, c)| format!("{c}x {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 mod erased_json {
@@ -345,6 +411,10 @@ impl TableProvider for RunsTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let manifest = self.store.manifest().map_err(df_err)?;
         let batch = Self::batch(&manifest)?;
-        Ok(MemorySourceConfig::try_new_exec(&[vec![batch]], Self::table_schema(), projection.cloned())?)
+        Ok(MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            Self::table_schema(),
+            projection.cloned(),
+        )?)
     }
 }

@@ -7,7 +7,9 @@ use std::fmt;
 ///
 /// Run names become directory names (`run=<id>`), so anything that could escape the store or
 /// need percent-encoding in a Hive path is rejected up front.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct RunId(String);
 
@@ -40,14 +42,29 @@ impl RunId {
     /// disallowed character with `_`.
     pub fn from_file_name(file_name: &str) -> Result<RunId> {
         let mut stem = file_name;
-        for ext in [".gz", ".zst", ".json", ".sqlite", ".csv", ".log", ".pt.trace", ".trace"] {
+        for ext in [
+            ".gz",
+            ".zst",
+            ".json",
+            ".sqlite",
+            ".csv",
+            ".log",
+            ".pt.trace",
+            ".trace",
+        ] {
             if let Some(s) = stem.strip_suffix(ext) {
                 stem = s;
             }
         }
         let cleaned: String = stem
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .take(Self::MAX_LEN)
             .collect();
         RunId::new(cleaned.trim_matches('.').to_string())
@@ -90,18 +107,36 @@ mod tests {
 
     #[test]
     fn rejects_unsafe_names() {
-        for bad in ["", "../x", "a b", "a/b", ".", "..", "run=1", &"x".repeat(129), "é"] {
+        for bad in [
+            "",
+            "../x",
+            "a b",
+            "a/b",
+            ".",
+            "..",
+            "run=1",
+            &"x".repeat(129),
+            "é",
+        ] {
             assert!(RunId::new(bad).is_err(), "{bad:?} accepted");
         }
     }
 
     #[test]
     fn derives_from_file_names() {
-        assert_eq!(RunId::from_file_name("rank0.json.gz").unwrap().as_str(), "rank0");
         assert_eq!(
-            RunId::from_file_name("worker0.1623143089861.pt.trace.json.gz").unwrap().as_str(),
+            RunId::from_file_name("rank0.json.gz").unwrap().as_str(),
+            "rank0"
+        );
+        assert_eq!(
+            RunId::from_file_name("worker0.1623143089861.pt.trace.json.gz")
+                .unwrap()
+                .as_str(),
             "worker0.1623143089861"
         );
-        assert_eq!(RunId::from_file_name("my trace (1).json").unwrap().as_str(), "my_trace__1_");
+        assert_eq!(
+            RunId::from_file_name("my trace (1).json").unwrap().as_str(),
+            "my_trace__1_"
+        );
     }
 }

@@ -25,7 +25,9 @@ pub const KINDS: &[&str] = &[
 ];
 
 /// Tables of the store, each a directory under the store root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TableKind {
     Events,

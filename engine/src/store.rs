@@ -30,11 +30,17 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the store at `root`.
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
+        let root: PathBuf = root.into();
+        fs::create_dir_all(&root).map_err(Error::io(&root))?;
+        // Absolute paths: the query layer addresses files by URL.
+        let root = fs::canonicalize(&root).map_err(Error::io(&root))?;
         let paths = StorePaths::new(root);
-        for dir in [paths.root().to_path_buf(), paths.manifest_dir()] {
-            fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
-        }
-        Ok(Store { paths, cache: Arc::new(Mutex::new(None)) })
+        let manifest_dir = paths.manifest_dir();
+        fs::create_dir_all(&manifest_dir).map_err(Error::io(&manifest_dir))?;
+        Ok(Store {
+            paths,
+            cache: Arc::new(Mutex::new(None)),
+        })
     }
 
     pub fn paths(&self) -> &StorePaths {
@@ -108,8 +114,10 @@ impl Store {
 
 fn read_manifest(path: &Path) -> Result<Manifest> {
     let bytes = fs::read(path).map_err(Error::io(path))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Error::CorruptManifest { path: path.to_path_buf(), reason: e.to_string() })
+    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptManifest {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// A data file written to the staging area, not yet part of any version.
@@ -145,11 +153,16 @@ pub struct StoreWriter {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).map_err(Error::io(dir))
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(Error::io(dir))
 }
 
 impl StoreWriter {
@@ -164,7 +177,11 @@ impl StoreWriter {
         part::check_schema(table, batch)?;
         let sorted = part::sort_batch(table, batch)?;
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-        let staged_path = self.store.paths.staging_dir().join(format!("part-{seq:010}.parquet"));
+        let staged_path = self
+            .store
+            .paths
+            .staging_dir()
+            .join(format!("part-{seq:010}.parquet"));
         let size = part::write_parquet(table, &staged_path, &sorted)?;
         Ok(StagedFile {
             table,
@@ -178,20 +195,35 @@ impl StoreWriter {
 
     /// Commits a run: moves its staged files into place and creates the next manifest version.
     /// Nothing is visible to readers before the manifest file exists.
-    pub fn put_run(&mut self, run: &RunId, meta: RunMeta, staged: Vec<StagedFile>, mode: PutMode) -> Result<u64> {
+    pub fn put_run(
+        &mut self,
+        run: &RunId,
+        meta: RunMeta,
+        staged: Vec<StagedFile>,
+        mode: PutMode,
+    ) -> Result<u64> {
         let mut next = self.base.clone();
         let existing = next.runs.remove(run);
         if existing.is_some() && mode == PutMode::Create {
-            return Err(Error::InvalidRunId { name: run.to_string(), reason: "a run of this name already exists" });
+            return Err(Error::InvalidRunId {
+                name: run.to_string(),
+                reason: "a run of this name already exists",
+            });
         }
         let mut dropped = Vec::new();
         let mut entry = match (existing, mode) {
             (Some(old), PutMode::Append) => old,
             (Some(old), _) => {
                 dropped.extend(old.files.into_iter().map(|f| f.path));
-                RunEntry { meta: RunMeta::default(), files: Vec::new() }
+                RunEntry {
+                    meta: RunMeta::default(),
+                    files: Vec::new(),
+                }
             }
-            (None, _) => RunEntry { meta: RunMeta::default(), files: Vec::new() },
+            (None, _) => RunEntry {
+                meta: RunMeta::default(),
+                files: Vec::new(),
+            },
         };
         if entry.files.is_empty() && entry.meta.sources.is_empty() {
             entry.meta = meta;
@@ -207,7 +239,13 @@ impl StoreWriter {
             fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
             fs::rename(&file.staged_path, &dest).map_err(Error::io(&file.staged_path))?;
             dirs.insert(dir);
-            entry.files.push(FileEntry { table: file.table, path: rel, size: file.size, rows: file.rows, stats: file.stats });
+            entry.files.push(FileEntry {
+                table: file.table,
+                path: rel,
+                size: file.size,
+                rows: file.rows,
+                stats: file.stats,
+            });
         }
         for dir in &dirs {
             sync_dir(dir)?;
@@ -219,14 +257,20 @@ impl StoreWriter {
     /// Removes a run from the next version; its files are deleted after a grace period.
     pub fn remove_run(&mut self, run: &RunId) -> Result<u64> {
         let mut next = self.base.clone();
-        let old = next.runs.remove(run).ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+        let old = next
+            .runs
+            .remove(run)
+            .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
         self.commit(next, old.files.into_iter().map(|f| f.path).collect())
     }
 
     /// Sets tags of a run (an empty value removes the tag).
     pub fn set_tags(&mut self, run: &RunId, tags: &[(String, String)]) -> Result<u64> {
         let mut next = self.base.clone();
-        let entry = next.runs.get_mut(run).ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+        let entry = next
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
         for (k, v) in tags {
             if v.is_empty() {
                 entry.meta.tags.remove(k);
@@ -245,8 +289,13 @@ impl StoreWriter {
         next.version = version;
         next.next_file_seq = self.next_seq.load(Ordering::SeqCst);
         let now = now_ms();
-        next.tombstones.retain(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS);
-        next.tombstones.extend(dropped.into_iter().map(|path| Tombstone { path, removed_at_ms: now }));
+        next.tombstones
+            .retain(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS);
+        next.tombstones
+            .extend(dropped.into_iter().map(|path| Tombstone {
+                path,
+                removed_at_ms: now,
+            }));
         let dir = self.store.paths.manifest_dir();
         let tmp = dir.join(format!(".tmp-{}-{version}", std::process::id()));
         let final_path = dir.join(manifest_file_name(version));
@@ -260,8 +309,15 @@ impl StoreWriter {
         let _ = fs::remove_file(&tmp);
         match linked {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(Error::Conflict(version)),
-            Err(e) => return Err(Error::Io { path: final_path, source: e }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::Conflict(version))
+            }
+            Err(e) => {
+                return Err(Error::Io {
+                    path: final_path,
+                    source: e,
+                })
+            }
         }
         sync_dir(&dir)?;
         self.base = next;
@@ -306,13 +362,22 @@ impl StoreWriter {
             .collect();
         for table in TableKind::ALL {
             let tdir = paths.table_dir(table);
-            let Ok(runs) = fs::read_dir(&tdir) else { continue };
+            let Ok(runs) = fs::read_dir(&tdir) else {
+                continue;
+            };
             for run_dir in runs.flatten() {
                 let run_name = run_dir.file_name().to_string_lossy().into_owned();
-                let Ok(files) = fs::read_dir(run_dir.path()) else { continue };
+                let Ok(files) = fs::read_dir(run_dir.path()) else {
+                    continue;
+                };
                 let mut remaining = 0;
                 for f in files.flatten() {
-                    let rel = format!("{}/{}/{}", table.name(), run_name, f.file_name().to_string_lossy());
+                    let rel = format!(
+                        "{}/{}/{}",
+                        table.name(),
+                        run_name,
+                        f.file_name().to_string_lossy()
+                    );
                     if live.contains(rel.as_str()) || grace.contains(rel.as_str()) {
                         remaining += 1;
                     } else {

@@ -26,9 +26,15 @@ pub enum IngestError {
     #[error("{}: {source}", path.display())]
     Detect { path: PathBuf, source: DetectError },
     #[error("{}: {source}", path.display())]
-    Trace { path: PathBuf, source: TraceErrorDisplay },
+    Trace {
+        path: PathBuf,
+        source: TraceErrorDisplay,
+    },
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: no trace files in this directory", .0.display())]
     EmptyDirectory(PathBuf),
     #[error(transparent)]
@@ -79,14 +85,23 @@ pub struct RunReport {
 
 /// Groups the arguments into runs: with `--run`, all files form one run (one rank per file);
 /// without, each argument (a file, or a directory of rank files) is its own run.
-pub fn plan_runs(paths: &[PathBuf], run: Option<&RunId>) -> Result<Vec<(RunId, Vec<PathBuf>)>, IngestError> {
+pub fn plan_runs(
+    paths: &[PathBuf],
+    run: Option<&RunId>,
+) -> Result<Vec<(RunId, Vec<PathBuf>)>, IngestError> {
     let mut groups = Vec::new();
     for p in paths {
-        let files = source::expand(p).map_err(|e| IngestError::Io { path: p.clone(), source: e })?;
+        let files = source::expand(p).map_err(|e| IngestError::Io {
+            path: p.clone(),
+            source: e,
+        })?;
         if files.is_empty() {
             return Err(IngestError::EmptyDirectory(p.clone()));
         }
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "run".into());
         let id = match run {
             Some(r) => r.clone(),
             None => RunId::from_file_name(&name)?,
@@ -103,14 +118,24 @@ pub fn plan_runs(paths: &[PathBuf], run: Option<&RunId>) -> Result<Vec<(RunId, V
 
 /// Ingests every run planned from `paths`. Each run is committed on its own; on error the run
 /// being ingested is not visible and the runs before it stay committed.
-pub fn ingest(store: &Store, paths: &[PathBuf], opts: &IngestOptions, progress: &dyn Progress) -> Result<Vec<RunReport>, IngestError> {
+pub fn ingest(
+    store: &Store,
+    paths: &[PathBuf],
+    opts: &IngestOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<RunReport>, IngestError> {
     let plan = plan_runs(paths, opts.run.as_ref())?;
     // Fail on an unreadable or unrecognised file before any work is done.
     let mut planned = Vec::new();
     for (run, files) in plan {
         let sources = files
             .iter()
-            .map(|f| Source::open(f).map_err(|e| IngestError::Detect { path: f.clone(), source: e }))
+            .map(|f| {
+                Source::open(f).map_err(|e| IngestError::Detect {
+                    path: f.clone(),
+                    source: e,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         planned.push((run, sources));
     }
@@ -122,10 +147,19 @@ pub fn ingest(store: &Store, paths: &[PathBuf], opts: &IngestOptions, progress: 
 }
 
 fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
-fn ingest_run(store: &Store, run: &RunId, sources: Vec<Source>, opts: &IngestOptions, progress: &dyn Progress) -> Result<RunReport, IngestError> {
+fn ingest_run(
+    store: &Store,
+    run: &RunId,
+    sources: Vec<Source>,
+    opts: &IngestOptions,
+    progress: &dyn Progress,
+) -> Result<RunReport, IngestError> {
     let started = Instant::now();
     let mut writer = store.writer()?;
     let exists = writer.manifest().runs.contains_key(run);
@@ -143,15 +177,27 @@ fn ingest_run(store: &Store, run: &RunId, sources: Vec<Source>, opts: &IngestOpt
         appended: exists && !opts.replace,
         version: None,
     };
-    let mut meta = RunMeta { format: Format::Kineto.name().into(), imported_at_ns: now_ns(), epoch_time: true, ..Default::default() };
+    let mut meta = RunMeta {
+        format: Format::Kineto.name().into(),
+        imported_at_ns: now_ns(),
+        epoch_time: true,
+        ..Default::default()
+    };
     meta.tags = opts.tags.iter().cloned().collect();
     let multi = sources.len() > 1;
     let mut staged: Vec<StagedFile> = Vec::new();
     for (position, src) in sources.iter().enumerate() {
         // A same-sized stored source is worth hashing up front: re-ingesting is then free.
-        let same_size = writer.manifest().runs.values().any(|e| e.meta.sources.iter().any(|s| s.bytes == src.size));
+        let same_size = writer
+            .manifest()
+            .runs
+            .values()
+            .any(|e| e.meta.sources.iter().any(|s| s.bytes == src.size));
         if same_size && !opts.replace {
-            let hash = source::hash_file(&src.path).map_err(|e| IngestError::Io { path: src.path.clone(), source: e })?;
+            let hash = source::hash_file(&src.path).map_err(|e| IngestError::Io {
+                path: src.path.clone(),
+                source: e,
+            })?;
             if let Some(holder) = writer.manifest().run_with_source_hash(&hash) {
                 report.duplicates.push((src.path.clone(), holder.clone()));
                 continue;
@@ -191,18 +237,27 @@ fn ingest_run(store: &Store, run: &RunId, sources: Vec<Source>, opts: &IngestOpt
     report.kernels = meta.kernels;
     report.span_ns = meta.last_ts.zip(meta.first_ts).map(|(l, f)| l - f);
     report.warnings = meta.warnings.clone();
-    let mode = if opts.replace { PutMode::Replace } else { PutMode::Append };
+    let mode = if opts.replace {
+        PutMode::Replace
+    } else {
+        PutMode::Append
+    };
     report.version = Some(writer.put_run(run, meta, staged, mode)?);
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
 fn parse_source(src: &Source, progress: &dyn Progress) -> Result<ParsedTrace, IngestError> {
-    let reader = src.reader().map_err(|e| IngestError::Io { path: src.path.clone(), source: e })?;
+    let reader = src.reader().map_err(|e| IngestError::Io {
+        path: src.path.clone(),
+        source: e,
+    })?;
     let report = |_: u64| progress.bytes(src.bytes_read());
     match src.format {
-        Format::Kineto => kineto::parse(reader, &report)
-            .map_err(|e| IngestError::Trace { path: src.path.clone(), source: TraceErrorDisplay(e) }),
+        Format::Kineto => kineto::parse(reader, &report).map_err(|e| IngestError::Trace {
+            path: src.path.clone(),
+            source: TraceErrorDisplay(e),
+        }),
     }
 }
 
@@ -214,21 +269,42 @@ struct FinishedFile {
 }
 
 /// Attributes, sorts and writes one parsed file; returns its staged files and metadata.
-fn finish_file(writer: &gpuq_engine::StoreWriter, parsed: ParsedTrace, fallback_rank: Option<i32>) -> Result<FinishedFile, IngestError> {
-    let ParsedTrace { batches, counters, host, time_base_ns, mut top_level, mut warnings, events, kernels, .. } = parsed;
+fn finish_file(
+    writer: &gpuq_engine::StoreWriter,
+    parsed: ParsedTrace,
+    fallback_rank: Option<i32>,
+) -> Result<FinishedFile, IngestError> {
+    let ParsedTrace {
+        batches,
+        counters,
+        host,
+        time_base_ns,
+        mut top_level,
+        mut warnings,
+        events,
+        kernels,
+        ..
+    } = parsed;
     let distributed = top_level.get("distributedInfo");
     let rank = distributed
         .and_then(|d| d.get("rank"))
-        .and_then(|r| r.as_i64().or_else(|| r.as_str().and_then(|s| s.parse().ok())))
+        .and_then(|r| {
+            r.as_i64()
+                .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
+        })
         .map(|r| r as i32)
         .or(fallback_rank);
-    let world_size = distributed.and_then(|d| d.get("world_size")).and_then(|w| w.as_i64());
+    let world_size = distributed
+        .and_then(|d| d.get("world_size"))
+        .and_then(|w| w.as_i64());
     let device_names: BTreeMap<i64, String> = top_level
         .get("deviceProperties")
         .and_then(|d| d.as_array())
         .map(|list| {
             list.iter()
-                .filter_map(|d| Some((d.get("id")?.as_i64()?, d.get("name")?.as_str()?.to_string())))
+                .filter_map(|d| {
+                    Some((d.get("id")?.as_i64()?, d.get("name")?.as_str()?.to_string()))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -237,32 +313,57 @@ fn finish_file(writer: &gpuq_engine::StoreWriter, parsed: ParsedTrace, fallback_
     let redacted = redact::redact(&mut metadata);
 
     let resolver = Resolver::new(host);
-    let resolved: Vec<RecordBatch> = batches.par_iter().map(|b| resolver.resolve(b, rank, time_base_ns)).collect();
-    drop(batches);
-    let facts = Facts::of(&resolved);
+    // One part at a time per core: the parsed batches of a part are freed once it is written.
+    let event_groups: Vec<Vec<RecordBatch>> = group_rows(batches, PART_ROWS);
+    let written = event_groups
+        .into_par_iter()
+        .map(|group| -> Result<(StagedFile, Facts), IngestError> {
+            let resolved: Vec<RecordBatch> = group
+                .iter()
+                .map(|b| resolver.resolve(b, rank, time_base_ns))
+                .collect();
+            drop(group);
+            let facts = Facts::of(&resolved);
+            let part = concat_batches(&TableKind::Events.file_schema(), &resolved)
+                .map_err(gpuq_engine::Error::from)?;
+            drop(resolved);
+            Ok((writer.write_part(TableKind::Events, &part)?, facts))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut facts = Facts::default();
+    let mut staged = Vec::with_capacity(written.len() + 1);
+    for (file, f) in written {
+        staged.push(file);
+        facts.merge(f);
+    }
     if let (Some(lo), Some(hi)) = (facts.host_min, facts.host_max) {
         const MARGIN: i64 = 10_000_000_000;
-        let outside = facts.gpu_ts.iter().filter(|&&t| t < lo - MARGIN || t > hi + MARGIN).count() as u64;
+        let outside = facts
+            .gpu_ts
+            .iter()
+            .filter(|&&t| t < lo - MARGIN || t > hi + MARGIN)
+            .count() as u64;
         if outside > 0 {
             *warnings.entry("GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)".into()).or_default() += outside;
         }
     }
-    let counters: Vec<RecordBatch> = counters.iter().map(|b| resolve_counters(b, rank, time_base_ns)).collect();
-    let mut parts: Vec<(TableKind, RecordBatch)> = Vec::new();
-    for (table, batches) in [(TableKind::Events, resolved), (TableKind::Counters, counters)] {
-        for group in group_rows(&batches, PART_ROWS) {
-            let schema = table.file_schema();
-            parts.push((table, concat_batches(&schema, group).map_err(gpuq_engine::Error::from)?));
-        }
+    let counters: Vec<RecordBatch> = counters
+        .iter()
+        .map(|b| resolve_counters(b, rank, time_base_ns))
+        .collect();
+    for group in group_rows(counters, PART_ROWS) {
+        let part = concat_batches(&TableKind::Counters.file_schema(), &group)
+            .map_err(gpuq_engine::Error::from)?;
+        staged.push(writer.write_part(TableKind::Counters, &part)?);
     }
-    let staged = parts
-        .par_iter()
-        .map(|(table, batch)| writer.write_part(*table, batch))
-        .collect::<Result<Vec<_>, _>>()?;
     let devices = facts
         .devices
         .iter()
-        .map(|&id| DeviceInfo { rank, id, name: device_names.get(&(id as i64)).cloned().unwrap_or_default() })
+        .map(|&id| DeviceInfo {
+            rank,
+            id,
+            name: device_names.get(&(id as i64)).cloned().unwrap_or_default(),
+        })
         .collect();
     let meta = RunMeta {
         ranks: rank.into_iter().collect(),
@@ -277,23 +378,25 @@ fn finish_file(writer: &gpuq_engine::StoreWriter, parsed: ParsedTrace, fallback_
         warnings,
         ..Default::default()
     };
-    Ok(FinishedFile { staged, meta, rank, redacted })
+    Ok(FinishedFile {
+        staged,
+        meta,
+        rank,
+        redacted,
+    })
 }
 
 /// Consecutive groups of batches holding at most `rows` rows each (a larger batch stands alone).
-fn group_rows(batches: &[RecordBatch], rows: usize) -> Vec<&[RecordBatch]> {
-    let mut groups = Vec::new();
-    let (mut start, mut n) = (0, 0);
-    for (i, b) in batches.iter().enumerate() {
-        if n > 0 && n + b.num_rows() > rows {
-            groups.push(&batches[start..i]);
-            start = i;
+fn group_rows(batches: Vec<RecordBatch>, rows: usize) -> Vec<Vec<RecordBatch>> {
+    let mut groups: Vec<Vec<RecordBatch>> = Vec::new();
+    let mut n = 0;
+    for b in batches {
+        if groups.is_empty() || (n > 0 && n + b.num_rows() > rows) {
+            groups.push(Vec::new());
             n = 0;
         }
         n += b.num_rows();
-    }
-    if start < batches.len() {
-        groups.push(&batches[start..]);
+        groups.last_mut().expect("a group").push(b);
     }
     groups
 }
@@ -310,19 +413,44 @@ struct Facts {
 }
 
 impl Facts {
+    fn merge(&mut self, o: Facts) {
+        let min = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.first_ts = min(self.first_ts, o.first_ts);
+        self.host_min = min(self.host_min, o.host_min);
+        self.last_ts = self.last_ts.max(o.last_ts);
+        self.host_max = self.host_max.max(o.host_max);
+        self.devices.extend(o.devices);
+        self.gpu_ts.extend(o.gpu_ts);
+    }
+
     fn of(batches: &[RecordBatch]) -> Facts {
         let mut f = Facts::default();
         for b in batches {
-            let kinds = b.column_by_name("kind").expect("kind").as_dictionary::<Int32Type>();
+            let kinds = b
+                .column_by_name("kind")
+                .expect("kind")
+                .as_dictionary::<Int32Type>();
             let kind_of: Vec<Kind> = kinds
                 .values()
                 .as_string::<i32>()
                 .iter()
                 .map(|v| v.and_then(Kind::from_name).unwrap_or(Kind::Other))
                 .collect();
-            let ts = b.column_by_name("ts").expect("ts").as_primitive::<Int64Type>();
-            let dur = b.column_by_name("dur").expect("dur").as_primitive::<Int64Type>();
-            let device = b.column_by_name("device").expect("device").as_primitive::<Int32Type>();
+            let ts = b
+                .column_by_name("ts")
+                .expect("ts")
+                .as_primitive::<Int64Type>();
+            let dur = b
+                .column_by_name("dur")
+                .expect("dur")
+                .as_primitive::<Int64Type>();
+            let device = b
+                .column_by_name("device")
+                .expect("device")
+                .as_primitive::<Int32Type>();
             for i in 0..b.num_rows() {
                 let (t, end) = (ts.value(i), ts.value(i) + dur.value(i).max(0));
                 f.first_ts = Some(f.first_ts.map_or(t, |v| v.min(t)));

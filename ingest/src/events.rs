@@ -2,7 +2,8 @@
 //! (operators, annotations, launches, steps) used to attribute GPU work to the model.
 
 use datafusion::arrow::array::{
-    ArrayRef, Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder, StringDictionaryBuilder,
+    ArrayRef, Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    StringDictionaryBuilder,
 };
 use datafusion::arrow::datatypes::Int32Type;
 use gpuq_engine::schema::{self, TableKind};
@@ -35,7 +36,10 @@ impl Kind {
 
     /// Work that runs on a GPU stream.
     pub fn is_gpu(self) -> bool {
-        matches!(self, Kind::Kernel | Kind::Memcpy | Kind::Memset | Kind::Sync | Kind::GpuAnnotation)
+        matches!(
+            self,
+            Kind::Kernel | Kind::Memcpy | Kind::Memset | Kind::Sync | Kind::GpuAnnotation
+        )
     }
 
     pub fn is_launch(self) -> bool {
@@ -151,7 +155,11 @@ impl EventColumns {
         self.correlation.append_option(e.correlation);
         self.bytes.append_option(e.bytes);
         self.copy_kind.append_option(e.copy_kind);
-        for (b, v) in self.geometry.iter_mut().zip(e.grid.iter().chain(e.block.iter())) {
+        for (b, v) in self
+            .geometry
+            .iter_mut()
+            .zip(e.grid.iter().chain(e.block.iter()))
+        {
             b.append_option(*v);
         }
         self.registers.append_option(e.registers);
@@ -163,9 +171,12 @@ impl EventColumns {
     /// The batch, with `rank`, `step`, `op` and `scope` all null (resolved later).
     pub fn finish(mut self) -> RecordBatch {
         let n = self.len;
-        let nulls_i32 = || -> ArrayRef { Arc::new(datafusion::arrow::array::Int32Array::new_null(n)) };
-        let nulls_i64 = || -> ArrayRef { Arc::new(datafusion::arrow::array::Int64Array::new_null(n)) };
-        let nulls_str = || -> ArrayRef { Arc::new(datafusion::arrow::array::StringArray::new_null(n)) };
+        let nulls_i32 =
+            || -> ArrayRef { Arc::new(datafusion::arrow::array::Int32Array::new_null(n)) };
+        let nulls_i64 =
+            || -> ArrayRef { Arc::new(datafusion::arrow::array::Int64Array::new_null(n)) };
+        let nulls_str =
+            || -> ArrayRef { Arc::new(datafusion::arrow::array::StringArray::new_null(n)) };
         let [gx, gy, gz, bx, by, bz] = &mut self.geometry;
         let columns: Vec<ArrayRef> = vec![
             nulls_i32(),
@@ -193,7 +204,8 @@ impl EventColumns {
             Arc::new(self.shared_mem.finish()),
             Arc::new(self.args.finish()),
         ];
-        RecordBatch::try_new(TableKind::Events.file_schema(), columns).expect("builders match the events schema")
+        RecordBatch::try_new(TableKind::Events.file_schema(), columns)
+            .expect("builders match the events schema")
     }
 }
 
@@ -235,7 +247,8 @@ impl CounterColumns {
             Arc::new(self.ts.finish()),
             Arc::new(self.value.finish()),
         ];
-        RecordBatch::try_new(TableKind::Counters.file_schema(), columns).expect("builders match the counters schema")
+        RecordBatch::try_new(TableKind::Counters.file_schema(), columns)
+            .expect("builders match the counters schema")
     }
 }
 
@@ -300,11 +313,17 @@ pub struct HostStructure {
 impl HostStructure {
     /// Appends `other`, whose name ids refer to `other_names`.
     pub fn absorb(&mut self, other: HostStructure) {
-        let map: Vec<u32> = other.names.names().iter().map(|n| self.names.intern(n)).collect();
-        self.intervals.extend(other.intervals.into_iter().map(|mut iv| {
-            iv.name = map[iv.name as usize];
-            iv
-        }));
+        let map: Vec<u32> = other
+            .names
+            .names()
+            .iter()
+            .map(|n| self.names.intern(n))
+            .collect();
+        self.intervals
+            .extend(other.intervals.into_iter().map(|mut iv| {
+                iv.name = map[iv.name as usize];
+                iv
+            }));
         self.launches.extend(other.launches);
         self.steps.extend(other.steps);
     }

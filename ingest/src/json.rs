@@ -25,7 +25,11 @@ pub enum Scalar<'a> {
     Number(&'a str),
     Str(Cow<'a, str>),
     /// An object or array; the raw text is `buf[start..end]`.
-    Compound { start: usize, end: usize, object: bool },
+    Compound {
+        start: usize,
+        end: usize,
+        object: bool,
+    },
 }
 
 impl Scalar<'_> {
@@ -56,7 +60,10 @@ impl<'a> Cursor<'a> {
     }
 
     pub fn error<T>(&self, message: impl Into<String>) -> Result<T> {
-        Err(SyntaxError { offset: self.pos, message: message.into() })
+        Err(SyntaxError {
+            offset: self.pos,
+            message: message.into(),
+        })
     }
 
     #[inline]
@@ -81,8 +88,15 @@ impl<'a> Cursor<'a> {
                 self.pos += 1;
                 Ok(())
             }
-            Some(b) => self.error(format!("expected '{}', found '{}'", byte as char, printable(b))),
-            None => self.error(format!("unexpected end of input, expected '{}'", byte as char)),
+            Some(b) => self.error(format!(
+                "expected '{}', found '{}'",
+                byte as char,
+                printable(b)
+            )),
+            None => self.error(format!(
+                "unexpected end of input, expected '{}'",
+                byte as char
+            )),
         }
     }
 
@@ -98,7 +112,9 @@ impl<'a> Cursor<'a> {
             self.pos = start + rel + 1;
             return match std::str::from_utf8(&rest[..rel]) {
                 Ok(s) => Ok(Cow::Borrowed(s)),
-                Err(_) => Ok(Cow::Owned(String::from_utf8_lossy(&rest[..rel]).into_owned())),
+                Err(_) => Ok(Cow::Owned(
+                    String::from_utf8_lossy(&rest[..rel]).into_owned(),
+                )),
             };
         }
         // Slow path: unescape.
@@ -129,10 +145,16 @@ impl<'a> Cursor<'a> {
                             let c = self.hex4()?;
                             let ch = if (0xD800..0xDC00).contains(&c) {
                                 // surrogate pair
-                                if self.buf.get(self.pos) == Some(&b'\\') && self.buf.get(self.pos + 1) == Some(&b'u') {
+                                if self.buf.get(self.pos) == Some(&b'\\')
+                                    && self.buf.get(self.pos + 1) == Some(&b'u')
+                                {
                                     self.pos += 2;
                                     let lo = self.hex4()?;
-                                    char::from_u32(0x10000 + ((c - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF))
+                                    char::from_u32(
+                                        0x10000
+                                            + ((c - 0xD800) << 10)
+                                            + (lo.wrapping_sub(0xDC00) & 0x3FF),
+                                    )
                                 } else {
                                     None
                                 }
@@ -140,7 +162,9 @@ impl<'a> Cursor<'a> {
                                 char::from_u32(c)
                             };
                             let mut tmp = [0u8; 4];
-                            out.extend_from_slice(ch.unwrap_or('\u{FFFD}').encode_utf8(&mut tmp).as_bytes());
+                            out.extend_from_slice(
+                                ch.unwrap_or('\u{FFFD}').encode_utf8(&mut tmp).as_bytes(),
+                            );
                         }
                         other => {
                             self.pos -= 1;
@@ -158,7 +182,9 @@ impl<'a> Cursor<'a> {
         let Some(digits) = self.buf.get(self.pos..self.pos + 4) else {
             return self.error("truncated \\u escape");
         };
-        let s = std::str::from_utf8(digits).ok().and_then(|s| u32::from_str_radix(s, 16).ok());
+        let s = std::str::from_utf8(digits)
+            .ok()
+            .and_then(|s| u32::from_str_radix(s, 16).ok());
         match s {
             Some(v) => {
                 self.pos += 4;
@@ -237,7 +263,12 @@ impl<'a> Cursor<'a> {
                     self.pos += 1;
                     return Ok(());
                 }
-                Some(b) => return self.error(format!("expected ',' or '}}' in object, found '{}'", printable(b))),
+                Some(b) => {
+                    return self.error(format!(
+                        "expected ',' or '}}' in object, found '{}'",
+                        printable(b)
+                    ))
+                }
                 None => return self.error("unexpected end of input inside an object"),
             }
         }
@@ -246,7 +277,11 @@ impl<'a> Cursor<'a> {
     /// Reads an array of up to three integers (`[132, 1, 1]`).
     pub fn int_triple(&mut self) -> Result<Option<[Option<i64>; 3]>> {
         match self.value()? {
-            Scalar::Compound { start, end, object: false } => {
+            Scalar::Compound {
+                start,
+                end,
+                object: false,
+            } => {
                 let mut out = [None; 3];
                 let mut inner = Cursor::at(&self.buf[..end], start + 1);
                 let mut i = 0;
@@ -271,7 +306,11 @@ impl<'a> Cursor<'a> {
 }
 
 fn printable(b: u8) -> char {
-    if b.is_ascii_graphic() { b as char } else { '?' }
+    if b.is_ascii_graphic() {
+        b as char
+    } else {
+        '?'
+    }
 }
 
 /// Offset one past the end of the object or array starting at `start`, or `None` if the buffer
@@ -358,7 +397,11 @@ pub fn decimal_scaled(text: &str, scale: i32) -> Option<i64> {
         let div = 10i128.checked_pow((-exp) as u32).unwrap_or(i128::MAX);
         let q = mantissa / div;
         let r = mantissa % div;
-        if r * 2 >= div { q + 1 } else { q }
+        if r * 2 >= div {
+            q + 1
+        } else {
+            q
+        }
     };
     let value = if neg { -value } else { value };
     i64::try_from(value).ok()
@@ -384,7 +427,11 @@ pub fn parse_int_text(s: &str) -> Option<i64> {
         return Some(v);
     }
     let tail = t.rsplit(|c: char| !c.is_ascii_digit()).next()?;
-    if tail.is_empty() || tail.len() == t.len() { None } else { tail.parse().ok() }
+    if tail.is_empty() || tail.len() == t.len() {
+        None
+    } else {
+        tail.parse().ok()
+    }
 }
 
 pub fn scalar_f64(v: &Scalar<'_>) -> Option<f64> {
@@ -401,8 +448,14 @@ mod tests {
 
     #[test]
     fn converts_decimal_microseconds_exactly() {
-        assert_eq!(us_to_ns("1695835572943613"), Some(1_695_835_572_943_613_000));
-        assert_eq!(us_to_ns("1695835572943613.123"), Some(1_695_835_572_943_613_123));
+        assert_eq!(
+            us_to_ns("1695835572943613"),
+            Some(1_695_835_572_943_613_000)
+        );
+        assert_eq!(
+            us_to_ns("1695835572943613.123"),
+            Some(1_695_835_572_943_613_123)
+        );
         assert_eq!(us_to_ns("0.001"), Some(1));
         assert_eq!(us_to_ns("12.3456"), Some(12_346));
         assert_eq!(us_to_ns("12.3454"), Some(12_345));

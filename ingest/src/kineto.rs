@@ -13,7 +13,8 @@
 //! launch in the window, memory instants (counters), `C` counter events.
 
 use crate::events::{
-    profiler_step_number, CounterColumns, Event, EventColumns, HostInterval, HostStructure, Kind, Launch,
+    profiler_step_number, CounterColumns, Event, EventColumns, HostInterval, HostStructure, Kind,
+    Launch,
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
 use datafusion::arrow::array::RecordBatch;
@@ -65,7 +66,10 @@ pub struct ParsedTrace {
 }
 
 /// Parses a Kineto trace from `reader`. `progress` is called with the number of bytes read so far.
-pub fn parse(reader: impl Read + Send, progress: &(dyn Fn(u64) + Sync)) -> Result<ParsedTrace, TraceError> {
+pub fn parse(
+    reader: impl Read + Send,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<ParsedTrace, TraceError> {
     let (tx, rx) = mpsc::sync_channel::<Block>(2);
     let mut trace = ParsedTrace::default();
     let mut top_level = Vec::new();
@@ -93,7 +97,13 @@ pub fn parse(reader: impl Read + Send, progress: &(dyn Fn(u64) + Sync)) -> Resul
                     outcome = Err(e)
                 }
             }
-            Err(_) => outcome = Err(TraceError { offset: 0, event: None, message: "reader thread panicked".into() }),
+            Err(_) => {
+                outcome = Err(TraceError {
+                    offset: 0,
+                    event: None,
+                    message: "reader thread panicked".into(),
+                })
+            }
         }
     });
     outcome?;
@@ -112,7 +122,11 @@ pub fn parse(reader: impl Read + Send, progress: &(dyn Fn(u64) + Sync)) -> Resul
             trace.time_base_ns = value
                 .as_i64()
                 .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
-                .ok_or_else(|| TraceError { offset, event: None, message: "baseTimeNanoseconds is not an integer".into() })?;
+                .ok_or_else(|| TraceError {
+                    offset,
+                    event: None,
+                    message: "baseTimeNanoseconds is not an integer".into(),
+                })?;
         }
         trace.top_level.insert(key, value);
     }
@@ -120,25 +134,35 @@ pub fn parse(reader: impl Read + Send, progress: &(dyn Fn(u64) + Sync)) -> Resul
         return Err(TraceError {
             offset: 0,
             event: None,
-            message: "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array".into(),
+            message: "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array"
+                .into(),
         });
     }
     if trace.complete_events > 0 && trace.missing_dur == trace.complete_events {
         return Err(TraceError {
             offset: 0,
             event: None,
-            message: format!("none of the {} complete (\"ph\": \"X\") events has a \"dur\"", trace.complete_events),
+            message: format!(
+                "none of the {} complete (\"ph\": \"X\") events has a \"dur\"",
+                trace.complete_events
+            ),
         });
     }
     if trace.missing_dur > 0 {
-        *trace.warnings.entry("complete events without dur (stored with dur 0)".into()).or_default() += trace.missing_dur;
+        *trace
+            .warnings
+            .entry("complete events without dur (stored with dur 0)".into())
+            .or_default() += trace.missing_dur;
     }
     Ok(trace)
 }
 
 impl std::fmt::Debug for ParsedTrace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ParsedTrace").field("events", &self.events).field("kernels", &self.kernels).finish_non_exhaustive()
+        f.debug_struct("ParsedTrace")
+            .field("events", &self.events)
+            .field("kernels", &self.kernels)
+            .finish_non_exhaustive()
     }
 }
 
@@ -181,7 +205,11 @@ struct Stream<R> {
 
 impl<R: Read> Stream<R> {
     fn err(&self, message: impl Into<String>) -> TraceError {
-        TraceError { offset: self.base + self.pos as u64, event: None, message: message.into() }
+        TraceError {
+            offset: self.base + self.pos as u64,
+            event: None,
+            message: message.into(),
+        }
     }
 
     /// Reads more input, keeping `buf[keep_from..]`. Returns false at end of input.
@@ -243,7 +271,12 @@ impl<R: Read> Stream<R> {
                 }
                 _ => {
                     let mut i = self.pos;
-                    while i < self.buf.len() && !matches!(self.buf[i], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                    while i < self.buf.len()
+                        && !matches!(
+                            self.buf[i],
+                            b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'
+                        )
+                    {
                         i += 1;
                     }
                     (i < self.buf.len() || self.eof).then_some(i)
@@ -264,16 +297,32 @@ type TopLevel = Vec<(String, Vec<u8>, u64)>;
 
 /// Walks the top-level object; sends `traceEvents` to the parser in blocks and returns the
 /// raw text of every other key.
-fn split_stream(reader: impl Read, tx: mpsc::SyncSender<Block>, progress: &(dyn Fn(u64) + Sync)) -> Result<TopLevel, TraceError> {
-    let mut s = Stream { r: reader, buf: Vec::new(), pos: 0, base: 0, eof: false, read_total: 0 };
+fn split_stream(
+    reader: impl Read,
+    tx: mpsc::SyncSender<Block>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<TopLevel, TraceError> {
+    let mut s = Stream {
+        r: reader,
+        buf: Vec::new(),
+        pos: 0,
+        base: 0,
+        eof: false,
+        read_total: 0,
+    };
     let mut top = Vec::new();
     match s.peek()? {
         None => return Err(s.err("the file is empty")),
         Some(b'{') => s.pos += 1,
         Some(b) if b.is_ascii_graphic() => {
-            return Err(s.err(format!("not a Kineto/Chrome trace: expected a JSON object, found '{}'", b as char)))
+            return Err(s.err(format!(
+                "not a Kineto/Chrome trace: expected a JSON object, found '{}'",
+                b as char
+            )))
         }
-        Some(_) => return Err(s.err("not a Kineto/Chrome trace: the file is binary, not JSON text")),
+        Some(_) => {
+            return Err(s.err("not a Kineto/Chrome trace: the file is binary, not JSON text"))
+        }
     }
     let mut first = true;
     let mut next_event: u64 = 0;
@@ -285,7 +334,12 @@ fn split_stream(reader: impl Read, tx: mpsc::SyncSender<Block>, progress: &(dyn 
             }
             Some(b',') if !first => s.pos += 1,
             Some(b'"') if first => {}
-            Some(b) => return Err(s.err(format!("expected a key or '}}' in the top-level object, found '{}'", b as char))),
+            Some(b) => {
+                return Err(s.err(format!(
+                    "expected a key or '}}' in the top-level object, found '{}'",
+                    b as char
+                )))
+            }
             None => return Err(s.err("unexpected end of input: the trace is truncated")),
         }
         first = false;
@@ -362,7 +416,11 @@ fn split_events(
                 }
             }
             Some(b) => {
-                let what = if expect_comma { "',' or ']'" } else { "an event object" };
+                let what = if expect_comma {
+                    "',' or ']'"
+                } else {
+                    "an event object"
+                };
                 return Err(TraceError {
                     offset: s.base + s.pos as u64,
                     event: Some(*next_event + ranges.len() as u64),
@@ -382,17 +440,28 @@ fn split_events(
             return Err(TraceError {
                 offset: s.base + s.pos as u64,
                 event: Some(*next_event),
-                message: "unexpected end of input inside traceEvents: the trace is truncated".into(),
+                message: "unexpected end of input inside traceEvents: the trace is truncated"
+                    .into(),
             });
         }
     }
 }
 
-fn send_block(s: &Stream<impl Read>, tx: &mpsc::SyncSender<Block>, ranges: &mut Vec<(usize, usize)>, next_event: &mut u64) {
-    let (Some(&(start, _)), Some(&(_, end))) = (ranges.first(), ranges.last()) else { return };
+fn send_block(
+    s: &Stream<impl Read>,
+    tx: &mpsc::SyncSender<Block>,
+    ranges: &mut Vec<(usize, usize)>,
+    next_event: &mut u64,
+) {
+    let (Some(&(start, _)), Some(&(_, end))) = (ranges.first(), ranges.last()) else {
+        return;
+    };
     let block = Block {
         bytes: s.buf[start..end].to_vec(),
-        ranges: ranges.drain(..).map(|(a, b)| (a - start, b - start)).collect(),
+        ranges: ranges
+            .drain(..)
+            .map(|(a, b)| (a - start, b - start))
+            .collect(),
         offset: s.base + start as u64,
         first_event: *next_event,
     };
@@ -422,7 +491,10 @@ fn parse_block(block: &Block) -> Result<Vec<BlockOut>, TraceError> {
         .par_chunks(per)
         .enumerate()
         .map(|(i, chunk)| {
-            let mut out = BlockOut { events: EventColumns::with_capacity(chunk.len()), ..Default::default() };
+            let mut out = BlockOut {
+                events: EventColumns::with_capacity(chunk.len()),
+                ..Default::default()
+            };
             for (j, &(a, b)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
                 parse_event(&block.bytes[..b], a, &mut out).map_err(|e| TraceError {
@@ -502,7 +574,11 @@ fn kind_of(cat: &str) -> Kind {
 /// ROCm `kind` arg (`DtoD`).
 fn copy_kind_of(name: &str) -> Option<&'static str> {
     const KINDS: [&str; 7] = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "DtoA", "AtoD"];
-    let word = name.strip_prefix("Memcpy ").unwrap_or(name).split(' ').next()?;
+    let word = name
+        .strip_prefix("Memcpy ")
+        .unwrap_or(name)
+        .split(' ')
+        .next()?;
     KINDS.iter().find(|k| **k == word).copied()
 }
 
@@ -510,11 +586,18 @@ fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
     let text = match v {
         Scalar::Number(n) => n,
         Scalar::Str(s) => s.as_ref(),
-        other => return c.error(format!("\"{field}\" is {}, expected a number of microseconds", other.type_name())),
+        other => {
+            return c.error(format!(
+                "\"{field}\" is {}, expected a number of microseconds",
+                other.type_name()
+            ))
+        }
     };
     match us_to_ns(text) {
         Some(ns) => Ok(ns),
-        None => c.error(format!("\"{field}\" is {text:?}, expected a number of microseconds")),
+        None => c.error(format!(
+            "\"{field}\" is {text:?}, expected a number of microseconds"
+        )),
     }
 }
 
@@ -550,9 +633,18 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
                 dur = Some(ns_of(&v, "dur", c)?);
             }
             "args" => match c.value()? {
-                Scalar::Compound { start, end, object: true } => args = Some((start, end)),
+                Scalar::Compound {
+                    start,
+                    end,
+                    object: true,
+                } => args = Some((start, end)),
                 Scalar::Null => {}
-                other => return c.error(format!("\"args\" is {}, expected an object", other.type_name())),
+                other => {
+                    return c.error(format!(
+                        "\"args\" is {}, expected an object",
+                        other.type_name()
+                    ))
+                }
             },
             _ => {
                 c.value()?;
@@ -560,7 +652,9 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
         }
         Ok(())
     })?;
-    let ph = ph.as_deref().unwrap_or(if dur.is_some() { "X" } else { "" });
+    let ph = ph
+        .as_deref()
+        .unwrap_or(if dur.is_some() { "X" } else { "" });
     let name = name.unwrap_or(Cow::Borrowed(""));
     let kind = match ph {
         "X" => kind_of(cat.as_deref().unwrap_or("")),
@@ -574,7 +668,9 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
         // Metadata, flows (launch links are also in args.correlation) and async phases.
         "M" | "s" | "f" | "t" => return Ok(()),
         _ => {
-            *out.warnings.entry("events of unsupported phase skipped (B/E/b/e/...)").or_default() += 1;
+            *out.warnings
+                .entry("events of unsupported phase skipped (B/E/b/e/...)")
+                .or_default() += 1;
             return Ok(());
         }
     };
@@ -595,11 +691,22 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
         }
     };
     if dur < 0 {
-        *out.warnings.entry("negative durations (kept as-is)").or_default() += 1;
+        *out.warnings
+            .entry("negative durations (kept as-is)")
+            .or_default() += 1;
     } else if dur > 24 * HOUR_NS || (kind.is_gpu() && dur > HOUR_NS) {
-        *out.warnings.entry("implausibly long durations (kept as-is)").or_default() += 1;
+        *out.warnings
+            .entry("implausibly long durations (kept as-is)")
+            .or_default() += 1;
     }
-    let mut e = Event { name: &name, ts, dur, pid: pid.int(), tid: tid.int(), ..Default::default() };
+    let mut e = Event {
+        name: &name,
+        ts,
+        dur,
+        pid: pid.int(),
+        tid: tid.int(),
+        ..Default::default()
+    };
     let needs_args = kind.is_gpu() || kind.is_launch() || kind == Kind::Instant;
     let mut mem: Option<MemoryInstant> = None;
     if let (true, Some((a, b))) = (needs_args, args) {
@@ -647,10 +754,15 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
                 Some(0) | None => None,
                 _ => device_id.map(|d| d as i32),
             };
-            mem = Some(MemoryInstant { device, allocated, reserved });
+            mem = Some(MemoryInstant {
+                device,
+                allocated,
+                reserved,
+            });
         }
         if kind == Kind::Memcpy {
-            e.copy_kind = copy_kind_of(&name).or_else(|| rocm_kind.as_deref().and_then(copy_kind_of));
+            e.copy_kind =
+                copy_kind_of(&name).or_else(|| rocm_kind.as_deref().and_then(copy_kind_of));
         }
     }
     if kind.is_gpu() {
@@ -669,13 +781,18 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
         out.n_kernels += 1;
     }
     if let Some(m) = mem {
-        for (label, v) in [("[memory] Total Allocated", m.allocated), ("[memory] Total Reserved", m.reserved)] {
+        for (label, v) in [
+            ("[memory] Total Allocated", m.allocated),
+            ("[memory] Total Reserved", m.reserved),
+        ] {
             if let Some(v) = v {
                 out.counters.push(m.device, e.pid, label, ts, v);
             }
         }
     }
-    let (Some(p), Some(t)) = (e.pid, e.tid) else { return Ok(()) };
+    let (Some(p), Some(t)) = (e.pid, e.tid) else {
+        return Ok(());
+    };
     let step = profiler_step_number(&name);
     if let Some(n) = step {
         out.host.steps.push((ts, ts + dur, n));
@@ -685,11 +802,23 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
             let id = out.host.names.intern(&name);
             // ProfilerStep#N is a scope, never an operator (legacy traces file it as `Operator`).
             let annotation = kind == Kind::Annotation || step.is_some();
-            out.host.intervals.push(HostInterval { pid: p, tid: t, start: ts, end: ts + dur, name: id, annotation });
+            out.host.intervals.push(HostInterval {
+                pid: p,
+                tid: t,
+                start: ts,
+                end: ts + dur,
+                name: id,
+                annotation,
+            });
         }
         Kind::Runtime | Kind::Driver => {
             if let Some(correlation) = e.correlation {
-                out.host.launches.push(Launch { correlation, pid: p, tid: t, ts });
+                out.host.launches.push(Launch {
+                    correlation,
+                    pid: p,
+                    tid: t,
+                    ts,
+                });
             }
         }
         _ => {}
@@ -711,11 +840,18 @@ fn with_original_ids(pid: Option<&str>, tid: Option<&str>, raw: Option<&str>) ->
             if s.len() > 1 {
                 s.push_str(", ");
             }
-            s.push_str(&format!("\"{k}\": {}", serde_json::Value::String(v.to_string())));
+            s.push_str(&format!(
+                "\"{k}\": {}",
+                serde_json::Value::String(v.to_string())
+            ));
         }
     }
     if let Some(raw) = raw {
-        let inner = raw.trim().trim_start_matches('{').trim_end_matches('}').trim();
+        let inner = raw
+            .trim()
+            .trim_start_matches('{')
+            .trim_end_matches('}')
+            .trim();
         if !inner.is_empty() {
             s.push_str(", ");
             s.push_str(inner);
@@ -729,12 +865,22 @@ fn expect_str<'a>(c: &mut Cursor<'a>, key: &str) -> json::Result<Cow<'a, str>> {
     match c.value()? {
         Scalar::Str(s) => Ok(s),
         Scalar::Null => Ok(Cow::Borrowed("")),
-        other => c.error(format!("\"{key}\" is {}, expected a string", other.type_name())),
+        other => c.error(format!(
+            "\"{key}\" is {}, expected a string",
+            other.type_name()
+        )),
     }
 }
 
 /// `ph: "C"` counter events: one counter row per numeric arg.
-fn counter_event(buf: &[u8], start: usize, name: &str, pid: Option<i64>, ts: i64, out: &mut BlockOut) -> json::Result<()> {
+fn counter_event(
+    buf: &[u8],
+    start: usize,
+    name: &str,
+    pid: Option<i64>,
+    ts: i64,
+    out: &mut BlockOut,
+) -> json::Result<()> {
     let mut values: Vec<(String, f64)> = Vec::new();
     Cursor::at(buf, start).object(|key, c| {
         if let Some(v) = scalar_f64(&c.value()?) {
@@ -744,7 +890,11 @@ fn counter_event(buf: &[u8], start: usize, name: &str, pid: Option<i64>, ts: i64
     })?;
     let single = values.len() == 1;
     for (k, v) in values {
-        let label = if single { name.to_string() } else { format!("{name}.{k}") };
+        let label = if single {
+            name.to_string()
+        } else {
+            format!("{name}.{k}")
+        };
         out.counters.push(None, pid, &label, ts, v);
     }
     Ok(())

@@ -11,8 +11,18 @@ pub const REDACTED: &str = "REDACTED";
 /// Whether a key names a secret: `HF_TOKEN`, `WANDB_API_KEY`, `db_password`, `AWS_SECRET_ACCESS_KEY`, ...
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    const WORDS: [&str; 10] =
-        ["token", "password", "passwd", "secret", "api_key", "apikey", "private_key", "credential", "access_key", "auth"];
+    const WORDS: [&str; 10] = [
+        "token",
+        "password",
+        "passwd",
+        "secret",
+        "api_key",
+        "apikey",
+        "private_key",
+        "credential",
+        "access_key",
+        "auth",
+    ];
     WORDS.iter().any(|w| k.contains(w)) || k.ends_with("_key") || k == "key"
 }
 
@@ -20,7 +30,10 @@ pub fn is_secret_key(key: &str) -> bool {
 pub fn looks_like_token(v: &str) -> bool {
     let long_tail = |prefix: &str, min: usize| {
         v.strip_prefix(prefix).is_some_and(|rest| {
-            rest.len() >= min && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            rest.len() >= min
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         })
     };
     long_tail("hf_", 20)
@@ -30,7 +43,10 @@ pub fn looks_like_token(v: &str) -> bool {
         || long_tail("sk-", 20)
         || long_tail("xoxb-", 10)
         || long_tail("glpat-", 16)
-        || (v.len() == 20 && v.starts_with("AKIA") && v.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+        || (v.len() == 20
+            && v.starts_with("AKIA")
+            && v.bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
 }
 
 /// Redacts in place; returns how many values were replaced.
@@ -39,7 +55,9 @@ pub fn redact(value: &mut Value) -> usize {
         Value::Object(map) => {
             let mut n = 0;
             for (k, v) in map.iter_mut() {
-                if is_secret_key(k) && !matches!(v, Value::Null | Value::Object(_) | Value::Array(_)) {
+                if is_secret_key(k)
+                    && !matches!(v, Value::Null | Value::Object(_) | Value::Array(_))
+                {
                     if v.as_str() != Some(REDACTED) {
                         *v = Value::String(REDACTED.into());
                         n += 1;

@@ -86,7 +86,12 @@ impl Resolver {
         let mut per_thread: HashMap<(i64, i64), (Vec<Interval>, Vec<Interval>)> = HashMap::new();
         for iv in host.intervals {
             let e = per_thread.entry((iv.pid, iv.tid)).or_default();
-            let item = Interval { start: iv.start, end: iv.end, name: iv.name, parent: NONE };
+            let item = Interval {
+                start: iv.start,
+                end: iv.end,
+                name: iv.name,
+                parent: NONE,
+            };
             if iv.annotation {
                 e.1.push(item);
             } else {
@@ -95,16 +100,31 @@ impl Resolver {
         }
         let threads = per_thread
             .into_iter()
-            .map(|(k, (ops, annos))| (k, ThreadIndex { ops: Nest::build(ops), annotations: Nest::build(annos) }))
+            .map(|(k, (ops, annos))| {
+                (
+                    k,
+                    ThreadIndex {
+                        ops: Nest::build(ops),
+                        annotations: Nest::build(annos),
+                    },
+                )
+            })
             .collect();
         let mut launches = HashMap::with_capacity(host.launches.len());
         for l in host.launches {
             // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
-            launches.entry(l.correlation).or_insert((l.pid, l.tid, l.ts));
+            launches
+                .entry(l.correlation)
+                .or_insert((l.pid, l.tid, l.ts));
         }
         let mut steps = host.steps;
         steps.sort_unstable();
-        Resolver { names: host.names.names().to_vec(), threads, launches, steps }
+        Resolver {
+            names: host.names.names().to_vec(),
+            threads,
+            launches,
+            steps,
+        }
     }
 
     fn step_at(&self, t: i64) -> Option<i64> {
@@ -118,8 +138,12 @@ impl Resolver {
         let n = batch.num_rows();
         let col = |name: &str| batch.column_by_name(name).expect("events column");
         let kinds = col("kind").as_dictionary::<Int32Type>();
-        let kind_values: Vec<Option<Kind>> =
-            kinds.values().as_string::<i32>().iter().map(|v| v.and_then(Kind::from_name)).collect();
+        let kind_values: Vec<Option<Kind>> = kinds
+            .values()
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.and_then(Kind::from_name))
+            .collect();
         let names = col("name").as_dictionary::<Int32Type>();
         let name_values = names.values().as_string::<i32>();
         let pid = col("pid").as_primitive::<Int64Type>();
@@ -133,9 +157,16 @@ impl Resolver {
         for i in 0..n {
             let kind = kind_values[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
             let t = ts.value(i);
-            let thread = if pid.is_null(i) || tid.is_null(i) { None } else { Some((pid.value(i), tid.value(i))) };
+            let thread = if pid.is_null(i) || tid.is_null(i) {
+                None
+            } else {
+                Some((pid.value(i), tid.value(i)))
+            };
             let (point, thread, from_launch) = if kind.is_gpu() {
-                match (!corr.is_null(i)).then(|| self.launches.get(&corr.value(i))).flatten() {
+                match (!corr.is_null(i))
+                    .then(|| self.launches.get(&corr.value(i)))
+                    .flatten()
+                {
                     Some(&(p, th, lt)) => (lt, Some((p, th)), true),
                     None => (t, None, false),
                 }
@@ -145,7 +176,13 @@ impl Resolver {
             step.append_option(self.step_at(point));
             let index = thread.and_then(|k| self.threads.get(&k));
             let wants_op = from_launch || kind.is_launch();
-            let op_name = if wants_op { index.and_then(|x| x.ops.innermost(point)).map(|j| index.unwrap().ops.get(j).name) } else { None };
+            let op_name = if wants_op {
+                index
+                    .and_then(|x| x.ops.innermost(point))
+                    .map(|j| index.unwrap().ops.get(j).name)
+            } else {
+                None
+            };
             op.append_option(op_name.map(|id| &*self.names[id as usize]));
             let scope_name = index.and_then(|x| {
                 let nest = &x.annotations;
@@ -178,7 +215,9 @@ impl Resolver {
         columns[idx("op")] = Arc::new(op.finish());
         columns[idx("scope")] = Arc::new(scope.finish());
         if time_base != 0 {
-            columns[idx("ts")] = Arc::new(Int64Array::from_iter_values(ts.values().iter().map(|v| v + time_base)));
+            columns[idx("ts")] = Arc::new(Int64Array::from_iter_values(
+                ts.values().iter().map(|v| v + time_base),
+            ));
         }
         RecordBatch::try_new(schema, columns).expect("same schema")
     }
@@ -193,7 +232,9 @@ pub fn resolve_counters(batch: &RecordBatch, rank: Option<i32>, time_base: i64) 
     if time_base != 0 {
         let i = schema.index_of("ts").expect("ts");
         let ts = columns[i].as_primitive::<Int64Type>().clone();
-        columns[i] = Arc::new(Int64Array::from_iter_values(ts.values().iter().map(|v| v + time_base)));
+        columns[i] = Arc::new(Int64Array::from_iter_values(
+            ts.values().iter().map(|v| v + time_base),
+        ));
     }
     RecordBatch::try_new(schema, columns).expect("same schema")
 }
@@ -203,13 +244,23 @@ mod tests {
     use super::*;
 
     fn iv(start: i64, end: i64, name: u32) -> Interval {
-        Interval { start, end, name, parent: NONE }
+        Interval {
+            start,
+            end,
+            name,
+            parent: NONE,
+        }
     }
 
     #[test]
     fn finds_innermost_enclosing_interval() {
         // A [0,100) > B [10,50) > C [20,30);  D [60,70) inside A
-        let nest = Nest::build(vec![iv(20, 30, 2), iv(0, 100, 0), iv(60, 70, 3), iv(10, 50, 1)]);
+        let nest = Nest::build(vec![
+            iv(20, 30, 2),
+            iv(0, 100, 0),
+            iv(60, 70, 3),
+            iv(10, 50, 1),
+        ]);
         let name = |t| nest.innermost(t).map(|j| nest.get(j).name);
         assert_eq!(name(25), Some(2));
         assert_eq!(name(35), Some(1));

@@ -64,16 +64,24 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
     let compression = compression_of(&head[..n]);
     let mut text = [0u8; 4096];
     let mut r = decompress(Box::new(BufReader::new(File::open(path)?)), compression)?;
-    let m = read_up_to(&mut r, &mut text).map_err(|e| DetectError::Unknown(format!("cannot decompress: {e}")))?;
+    let m = read_up_to(&mut r, &mut text)
+        .map_err(|e| DetectError::Unknown(format!("cannot decompress: {e}")))?;
     let body = &text[..m];
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         None => Err(DetectError::Empty),
         Some(b'{') => Ok((compression, Format::Kineto)),
-        Some(_) if body.iter().take(512).any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace())) => {
+        Some(_)
+            if body
+                .iter()
+                .take(512)
+                .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace())) =>
+        {
             Err(DetectError::Unknown("binary content".into()))
         }
-        Some(_) => Err(DetectError::Unknown("text that is not a JSON object".into())),
+        Some(_) => Err(DetectError::Unknown(
+            "text that is not a JSON object".into(),
+        )),
     }
 }
 
@@ -93,7 +101,10 @@ fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 fn decompress(r: Box<dyn Read + Send>, c: Compression) -> std::io::Result<Box<dyn Read + Send>> {
     Ok(match c {
         Compression::None => r,
-        Compression::Gzip => Box::new(BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(r))),
+        Compression::Gzip => Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::read::MultiGzDecoder::new(r),
+        )),
         Compression::Zstd => Box::new(zstd::Decoder::new(r)?),
     })
 }
@@ -141,7 +152,11 @@ impl Source {
     /// The decompressed content. Reading it feeds [`Self::bytes_read`] and [`Self::hash`].
     pub fn reader(&self) -> std::io::Result<Box<dyn Read + Send>> {
         let file = File::open(&self.path)?;
-        let tap = Tap { inner: file, read: self.read.clone(), hasher: self.hasher.clone() };
+        let tap = Tap {
+            inner: file,
+            read: self.read.clone(),
+            hasher: self.hasher.clone(),
+        };
         let raw: Box<dyn Read + Send> = Box::new(BufReader::with_capacity(1 << 20, tap));
         decompress(raw, self.compression)
     }
@@ -152,7 +167,12 @@ impl Source {
 
     /// BLAKE3 of the raw bytes read so far (the whole file once the reader is exhausted).
     pub fn hash(&self) -> String {
-        self.hasher.lock().expect("hasher").finalize().to_hex().to_string()
+        self.hasher
+            .lock()
+            .expect("hasher")
+            .finalize()
+            .to_hex()
+            .to_string()
     }
 }
 
@@ -175,8 +195,14 @@ pub fn expand(path: &Path) -> std::io::Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            !name.starts_with('.') && (name.ends_with(".json") || name.ends_with(".json.gz") || name.ends_with(".json.zst"))
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            !name.starts_with('.')
+                && (name.ends_with(".json")
+                    || name.ends_with(".json.gz")
+                    || name.ends_with(".json.zst"))
         })
         .collect();
     files.sort();

@@ -103,7 +103,9 @@ impl SynthConfig {
         let measure = |steps: u32| {
             let mut m = c.clone();
             m.steps = steps;
-            write_kineto(&m, io::sink()).map(|g| g.bytes_written).unwrap_or(0)
+            write_kineto(&m, io::sink())
+                .map(|g| g.bytes_written)
+                .unwrap_or(0)
         };
         let (b1, b5) = (measure(1), measure(5));
         let per_step = (b5.saturating_sub(b1) / 4).max(1);
@@ -158,8 +160,24 @@ struct Kt {
     hi: i64,
 }
 
-const fn kt(name: &'static str, regs: u32, smem: u32, grid: [u32; 3], block: [u32; 3], lo: i64, hi: i64) -> Kt {
-    Kt { name, regs, smem, grid, block, lo, hi }
+const fn kt(
+    name: &'static str,
+    regs: u32,
+    smem: u32,
+    grid: [u32; 3],
+    block: [u32; 3],
+    lo: i64,
+    hi: i64,
+) -> Kt {
+    Kt {
+        name,
+        regs,
+        smem,
+        grid,
+        block,
+        lo,
+        hi,
+    }
 }
 
 const US: i64 = 1000;
@@ -183,7 +201,12 @@ const GEMM_FC2: Kt = kt(
 );
 const GEMM_BMM: Kt = kt(
     "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
-    238, 98_304, [16, 8, 48], [128, 1, 1], 18 * US, 60 * US,
+    238,
+    98_304,
+    [16, 8, 48],
+    [128, 1, 1],
+    18 * US,
+    60 * US,
 );
 const GEMM_DGRAD: Kt = kt(
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
@@ -245,10 +268,33 @@ const ADD_F32: Kt = kt(
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
     24, 0, [6144, 1, 1], [128, 1, 1], 4 * US, 14 * US,
 );
-const TRITON_ADD: Kt = kt("triton_poi_fused_add_0", 26, 0, [6144, 1, 1], [256, 1, 1], 5 * US, 15 * US);
-const TRITON_LN: Kt = kt("triton_red_fused_native_layer_norm_1", 40, 256, [4096, 1, 1], [256, 1, 1], 7 * US, 18 * US);
-const TRITON_LN_BWD: Kt =
-    kt("triton_per_fused_native_layer_norm_backward_2", 46, 512, [4096, 1, 1], [256, 1, 1], 9 * US, 24 * US);
+const TRITON_ADD: Kt = kt(
+    "triton_poi_fused_add_0",
+    26,
+    0,
+    [6144, 1, 1],
+    [256, 1, 1],
+    5 * US,
+    15 * US,
+);
+const TRITON_LN: Kt = kt(
+    "triton_red_fused_native_layer_norm_1",
+    40,
+    256,
+    [4096, 1, 1],
+    [256, 1, 1],
+    7 * US,
+    18 * US,
+);
+const TRITON_LN_BWD: Kt = kt(
+    "triton_per_fused_native_layer_norm_backward_2",
+    46,
+    512,
+    [4096, 1, 1],
+    [256, 1, 1],
+    9 * US,
+    24 * US,
+);
 const LOG_SOFTMAX: Kt = kt(
     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
     40, 2_048, [4096, 1, 1], [1024, 1, 1], 60 * US, 150 * US,
@@ -291,7 +337,12 @@ const MTA_ADDCDIV: Kt = kt(
 );
 const NCCL_ALLREDUCE: Kt = kt(
     "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
-    96, 0, [24, 1, 1], [544, 1, 1], 800 * US, 3 * MS,
+    96,
+    0,
+    [24, 1, 1],
+    [544, 1, 1],
+    800 * US,
+    3 * MS,
 );
 
 /// What a leaf does besides launching kernels.
@@ -320,7 +371,14 @@ struct Op {
 }
 
 impl Op {
-    const LEAF: Op = Op { name: "", kernels: &[], children: &[], reps: 1, mem: 0, special: Special::None };
+    const LEAF: Op = Op {
+        name: "",
+        kernels: &[],
+        children: &[],
+        reps: 1,
+        mem: 0,
+        special: Special::None,
+    };
 }
 
 macro_rules! leaf {
@@ -334,14 +392,23 @@ macro_rules! node {
     };
 }
 
-const FWD_LN: Op = node!("aten::layer_norm", [leaf!("aten::native_layer_norm", [LAYER_NORM])]);
+const FWD_LN: Op = node!(
+    "aten::layer_norm",
+    [leaf!("aten::native_layer_norm", [LAYER_NORM])]
+);
 const FWD_QKV: Op = node!(
     "aten::linear",
-    [node!("aten::t", [leaf!("aten::transpose", [])]), leaf!("aten::addmm", [GEMM_QKV], mem = 1)]
+    [
+        node!("aten::t", [leaf!("aten::transpose", [])]),
+        leaf!("aten::addmm", [GEMM_QKV], mem = 1)
+    ]
 );
 const FWD_FLASH: Op = node!(
     "aten::scaled_dot_product_attention",
-    [node!("aten::_scaled_dot_product_flash_attention", [leaf!("aten::_flash_attention_forward", [FLASH_FWD])])]
+    [node!(
+        "aten::_scaled_dot_product_flash_attention",
+        [leaf!("aten::_flash_attention_forward", [FLASH_FWD])]
+    )]
 );
 const FWD_BMM: Op = node!("aten::matmul", [leaf!("aten::bmm", [GEMM_BMM])]);
 const FWD_SOFTMAX: Op = node!("aten::softmax", [leaf!("aten::_softmax", [SOFTMAX_FWD])]);
@@ -354,15 +421,40 @@ const FWD_COMPILED: Op = leaf!("CompiledFunction", [TRITON_ADD, TRITON_LN]);
 
 /// Layers alternate between flash attention and eager attention plus a compiled region.
 const LAYER_FWD: [&[Op]; 2] = [
-    &[FWD_LN, FWD_QKV, FWD_FLASH, FWD_PROJ, FWD_RESID, FWD_LN, FWD_FC1, FWD_GELU, FWD_FC2, FWD_RESID],
-    &[FWD_LN, FWD_QKV, FWD_BMM, FWD_SOFTMAX, FWD_BMM, FWD_PROJ, FWD_RESID, FWD_LN, FWD_FC1, FWD_GELU, FWD_FC2, FWD_COMPILED],
+    &[
+        FWD_LN, FWD_QKV, FWD_FLASH, FWD_PROJ, FWD_RESID, FWD_LN, FWD_FC1, FWD_GELU, FWD_FC2,
+        FWD_RESID,
+    ],
+    &[
+        FWD_LN,
+        FWD_QKV,
+        FWD_BMM,
+        FWD_SOFTMAX,
+        FWD_BMM,
+        FWD_PROJ,
+        FWD_RESID,
+        FWD_LN,
+        FWD_FC1,
+        FWD_GELU,
+        FWD_FC2,
+        FWD_COMPILED,
+    ],
 ];
 
 const LOSS: [Op; 1] = [node!(
     "aten::cross_entropy_loss",
     [
-        node!("aten::log_softmax", [leaf!("aten::_log_softmax", [LOG_SOFTMAX])]),
-        node!("aten::nll_loss_nd", [node!("aten::nll_loss", [leaf!("aten::nll_loss_forward", [NLL_FWD])])]),
+        node!(
+            "aten::log_softmax",
+            [leaf!("aten::_log_softmax", [LOG_SOFTMAX])]
+        ),
+        node!(
+            "aten::nll_loss_nd",
+            [node!(
+                "aten::nll_loss",
+                [leaf!("aten::nll_loss_forward", [NLL_FWD])]
+            )]
+        ),
     ]
 )];
 
@@ -370,16 +462,29 @@ const BWD_ADDMM: Op = node!(
     "autograd::engine::evaluate_function: AddmmBackward0",
     [node!(
         "AddmmBackward0",
-        [leaf!("aten::mm", [GEMM_DGRAD], mem = -1), node!("aten::t", [leaf!("aten::transpose", [])]), leaf!("aten::mm", [GEMM_WGRAD])]
+        [
+            leaf!("aten::mm", [GEMM_DGRAD], mem = -1),
+            node!("aten::t", [leaf!("aten::transpose", [])]),
+            leaf!("aten::mm", [GEMM_WGRAD])
+        ]
     )]
 );
 const BWD_GELU: Op = node!(
     "autograd::engine::evaluate_function: GeluBackward0",
-    [node!("GeluBackward0", [leaf!("aten::gelu_backward", [GELU_BWD])])]
+    [node!(
+        "GeluBackward0",
+        [leaf!("aten::gelu_backward", [GELU_BWD])]
+    )]
 );
 const BWD_LN: Op = node!(
     "autograd::engine::evaluate_function: NativeLayerNormBackward0",
-    [node!("NativeLayerNormBackward0", [leaf!("aten::native_layer_norm_backward", [LN_BWD_INPUT, LN_BWD_GAMMA])])]
+    [node!(
+        "NativeLayerNormBackward0",
+        [leaf!(
+            "aten::native_layer_norm_backward",
+            [LN_BWD_INPUT, LN_BWD_GAMMA]
+        )]
+    )]
 );
 const BWD_FLASH: Op = node!(
     "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0",
@@ -387,21 +492,36 @@ const BWD_FLASH: Op = node!(
         "ScaledDotProductFlashAttentionBackward0",
         [node!(
             "aten::_scaled_dot_product_flash_attention_backward",
-            [leaf!("aten::_flash_attention_backward", [FLASH_BWD_DOT, FLASH_BWD_MAIN, FLASH_BWD_CONVERT])]
+            [leaf!(
+                "aten::_flash_attention_backward",
+                [FLASH_BWD_DOT, FLASH_BWD_MAIN, FLASH_BWD_CONVERT]
+            )]
         )]
     )]
 );
 const BWD_SOFTMAX: Op = node!(
     "autograd::engine::evaluate_function: SoftmaxBackward0",
-    [node!("SoftmaxBackward0", [leaf!("aten::_softmax_backward_data", [SOFTMAX_BWD])])]
+    [node!(
+        "SoftmaxBackward0",
+        [leaf!("aten::_softmax_backward_data", [SOFTMAX_BWD])]
+    )]
 );
 const BWD_BMM: Op = node!(
     "autograd::engine::evaluate_function: BmmBackward0",
-    [node!("BmmBackward0", [leaf!("aten::bmm", [GEMM_BMM]), leaf!("aten::bmm", [GEMM_BMM])])]
+    [node!(
+        "BmmBackward0",
+        [
+            leaf!("aten::bmm", [GEMM_BMM]),
+            leaf!("aten::bmm", [GEMM_BMM])
+        ]
+    )]
 );
 const BWD_ACC: Op = node!(
     "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-    [node!("torch::autograd::AccumulateGrad", [leaf!("aten::add_", [ADD_F32])])]
+    [node!(
+        "torch::autograd::AccumulateGrad",
+        [leaf!("aten::add_", [ADD_F32])]
+    )]
 );
 const BWD_COMPILED: Op = node!(
     "autograd::engine::evaluate_function: CompiledFunctionBackward",
@@ -409,9 +529,21 @@ const BWD_COMPILED: Op = node!(
 );
 
 const LAYER_BWD: [&[Op]; 2] = [
-    &[BWD_ADDMM, BWD_GELU, BWD_ADDMM, BWD_LN, BWD_ADDMM, BWD_FLASH, BWD_ADDMM, BWD_LN, BWD_ACC],
     &[
-        BWD_COMPILED, BWD_ADDMM, BWD_GELU, BWD_ADDMM, BWD_LN, BWD_ADDMM, BWD_BMM, BWD_SOFTMAX, BWD_BMM, BWD_ADDMM, BWD_LN,
+        BWD_ADDMM, BWD_GELU, BWD_ADDMM, BWD_LN, BWD_ADDMM, BWD_FLASH, BWD_ADDMM, BWD_LN, BWD_ACC,
+    ],
+    &[
+        BWD_COMPILED,
+        BWD_ADDMM,
+        BWD_GELU,
+        BWD_ADDMM,
+        BWD_LN,
+        BWD_ADDMM,
+        BWD_BMM,
+        BWD_SOFTMAX,
+        BWD_BMM,
+        BWD_ADDMM,
+        BWD_LN,
         BWD_ACC,
     ],
 ];
@@ -419,11 +551,17 @@ const LAYER_BWD: [&[Op]; 2] = [
 const LOSS_BWD: [Op; 2] = [
     node!(
         "autograd::engine::evaluate_function: NllLossBackward0",
-        [node!("NllLossBackward0", [leaf!("aten::nll_loss_backward", [NLL_BWD])])]
+        [node!(
+            "NllLossBackward0",
+            [leaf!("aten::nll_loss_backward", [NLL_BWD])]
+        )]
     ),
     node!(
         "autograd::engine::evaluate_function: LogSoftmaxBackward0",
-        [node!("LogSoftmaxBackward0", [leaf!("aten::_log_softmax_backward_data", [LOG_SOFTMAX_BWD])])]
+        [node!(
+            "LogSoftmaxBackward0",
+            [leaf!("aten::_log_softmax_backward_data", [LOG_SOFTMAX_BWD])]
+        )]
     ),
 ];
 
@@ -438,10 +576,32 @@ const OPTIMIZER: [Op; 8] = [
     leaf!("aten::_foreach_addcdiv_", [MTA_ADDCDIV], reps = 3),
 ];
 
-const H2D: Op = node!("aten::to", [node!("aten::_to_copy", [leaf!("aten::copy_", [], special = Special::H2d)])]);
-const ZEROS: Op = node!("aten::zeros", [leaf!("aten::empty", []), leaf!("aten::zero_", [], special = Special::Memset)]);
-const ITEM: Op = node!("aten::item", [leaf!("aten::_local_scalar_dense", [], special = Special::D2h)]);
-const ALLREDUCE: Op = node!("c10d::allreduce_", [leaf!("record_param_comms", [], special = Special::Nccl)]);
+const H2D: Op = node!(
+    "aten::to",
+    [node!(
+        "aten::_to_copy",
+        [leaf!("aten::copy_", [], special = Special::H2d)]
+    )]
+);
+const ZEROS: Op = node!(
+    "aten::zeros",
+    [
+        leaf!("aten::empty", []),
+        leaf!("aten::zero_", [], special = Special::Memset)
+    ]
+);
+const ITEM: Op = node!(
+    "aten::item",
+    [leaf!(
+        "aten::_local_scalar_dense",
+        [],
+        special = Special::D2h
+    )]
+);
+const ALLREDUCE: Op = node!(
+    "c10d::allreduce_",
+    [leaf!("record_param_comms", [], special = Special::Nccl)]
+);
 
 // ---------------------------------------------------------------------------------------------
 // The generator.
@@ -479,7 +639,16 @@ const K_MEMCPY: usize = 4;
 const K_MEMSET: usize = 5;
 const K_INSTANT: usize = 6;
 const K_PYTHON: usize = 7;
-const KIND_NAMES: [&str; 8] = ["annotation", "cpu_op", "runtime", "kernel", "memcpy", "memset", "instant", "python"];
+const KIND_NAMES: [&str; 8] = [
+    "annotation",
+    "cpu_op",
+    "runtime",
+    "kernel",
+    "memcpy",
+    "memset",
+    "instant",
+    "python",
+];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cat {
@@ -576,7 +745,10 @@ impl<'c, W: Write> Gen<'c, W> {
             }
         };
         let n_compute = cfg.streams.max(1) as usize;
-        let mut stream_ids: Vec<i64> = (7i64..).filter(|s| *s != 20 && *s != 30).take(n_compute).collect();
+        let mut stream_ids: Vec<i64> = (7i64..)
+            .filter(|s| *s != 20 && *s != 30)
+            .take(n_compute)
+            .collect();
         stream_ids.push(20);
         stream_ids.push(30);
         let n_streams = stream_ids.len();
@@ -653,9 +825,21 @@ impl<'c, W: Write> Gen<'c, W> {
             events: self.events,
             kind_counts,
             kernels: self.kernels,
-            kernel_ns_by_name: self.by_name.iter().map(|(k, v)| (k.to_string(), v.0)).collect(),
-            kernel_count_by_name: self.by_name.iter().map(|(k, v)| (k.to_string(), v.1)).collect(),
-            kernel_ns_by_op: self.by_op.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            kernel_ns_by_name: self
+                .by_name
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.0))
+                .collect(),
+            kernel_count_by_name: self
+                .by_name
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.1))
+                .collect(),
+            kernel_ns_by_op: self
+                .by_op
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
             busy_ns_by_device: busy,
             steps: self.steps.clone(),
             first_ts_ns: if self.events > 0 { self.first_ts } else { 0 },
@@ -729,7 +913,12 @@ impl<'c, W: Write> Gen<'c, W> {
         self.u(ns / 1000);
         if self.float {
             let f = ns % 1000;
-            self.buf.extend_from_slice(&[b'.', b'0' + (f / 100) as u8, b'0' + (f / 10 % 10) as u8, b'0' + (f % 10) as u8]);
+            self.buf.extend_from_slice(&[
+                b'.',
+                b'0' + (f / 100) as u8,
+                b'0' + (f / 10 % 10) as u8,
+                b'0' + (f % 10) as u8,
+            ]);
         } else {
             debug_assert!(ns.is_multiple_of(1000), "{ns} ns is not whole microseconds");
         }
@@ -766,7 +955,17 @@ impl<'c, W: Write> Gen<'c, W> {
 
     /// `{"ph": "X", "cat": .., "name": .., "pid": .., "tid": .., "ts": .., "dur": .., "args": {`
     #[allow(clippy::too_many_arguments)]
-    fn x_head(&mut self, kind: usize, cat: &str, name: &str, step: Option<u32>, pid: i64, tid: i64, ts: i64, dur: i64) {
+    fn x_head(
+        &mut self,
+        kind: usize,
+        cat: &str,
+        name: &str,
+        step: Option<u32>,
+        pid: i64,
+        tid: i64,
+        ts: i64,
+        dur: i64,
+    ) {
         self.count(kind, ts, ts + dur);
         self.sep();
         self.s("{\"ph\": \"X\", \"cat\": \"");
@@ -847,7 +1046,9 @@ impl<'c, W: Write> Gen<'c, W> {
             Some(r) => format!("synthetic-rank{r}.pt.trace.json"),
             None => "synthetic.pt.trace.json".to_string(),
         };
-        self.s(&format!("\n  ],\n  \"traceName\": \"{name}\",\n  \"displayTimeUnit\": \"ms\"\n}}\n"));
+        self.s(&format!(
+            "\n  ],\n  \"traceName\": \"{name}\",\n  \"displayTimeUnit\": \"ms\"\n}}\n"
+        ));
     }
 
     /// A global instant (`"s": "g"`) on the profiler's own track, as Kineto writes them.
@@ -882,7 +1083,12 @@ impl<'c, W: Write> Gen<'c, W> {
         } else {
             None
         };
-        let py_parent = self.stack.iter().rev().find(|s| s.cat == Cat::Python).map_or(0, |s| s.ext);
+        let py_parent = self
+            .stack
+            .iter()
+            .rev()
+            .find(|s| s.cat == Cat::Python)
+            .map_or(0, |s| s.ext);
         self.stack.push(Scope {
             cat,
             name,
@@ -902,7 +1108,16 @@ impl<'c, W: Write> Gen<'c, W> {
         let (p, t) = (self.cfg.pid, self.cfg.tid);
         match sc.cat {
             Cat::Annotation => {
-                self.x_head(K_ANNOTATION, "user_annotation", sc.name, sc.step, p, t, sc.ts, dur);
+                self.x_head(
+                    K_ANNOTATION,
+                    "user_annotation",
+                    sc.name,
+                    sc.step,
+                    p,
+                    t,
+                    sc.ts,
+                    dur,
+                );
                 self.s("\"External id\": ");
                 self.u(sc.ext);
                 if let Some(n) = sc.step {
@@ -946,8 +1161,18 @@ impl<'c, W: Write> Gen<'c, W> {
 
     /// The innermost enclosing scope with an External id, and the innermost cpu_op.
     fn context(&self) -> (u64, Option<&'static str>) {
-        let ext = self.stack.iter().rev().find(|s| s.cat != Cat::Python).map_or(0, |s| s.ext);
-        let op = self.stack.iter().rev().find(|s| s.cat == Cat::CpuOp).map(|s| s.name);
+        let ext = self
+            .stack
+            .iter()
+            .rev()
+            .find(|s| s.cat != Cat::Python)
+            .map_or(0, |s| s.ext);
+        let op = self
+            .stack
+            .iter()
+            .rev()
+            .find(|s| s.cat == Cat::CpuOp)
+            .map(|s| s.name);
         (ext, op)
     }
 
@@ -957,7 +1182,16 @@ impl<'c, W: Write> Gen<'c, W> {
         self.corr += 1;
         let corr = self.corr;
         let (ext, _) = self.context();
-        self.x_head(K_RUNTIME, "cuda_runtime", api, None, self.cfg.pid, self.cfg.tid, ts, dur);
+        self.x_head(
+            K_RUNTIME,
+            "cuda_runtime",
+            api,
+            None,
+            self.cfg.pid,
+            self.cfg.tid,
+            ts,
+            dur,
+        );
         self.s("\"External id\": ");
         self.u(ext);
         self.s(", \"cbid\": ");
@@ -981,7 +1215,11 @@ impl<'c, W: Write> Gen<'c, W> {
     /// Launch `g` on stream index `si`; it starts no earlier than `not_before`. Returns its end.
     fn launch(&mut self, api: &str, cbid: u32, g: Gpu, si: usize, not_before: i64) -> i64 {
         let ts = self.t;
-        let d = if self.rng.one_in(40) { self.rng.range(15 * US, 45 * US) } else { self.rng.range(3 * US, 9 * US) };
+        let d = if self.rng.one_in(40) {
+            self.rng.range(15 * US, 45 * US)
+        } else {
+            self.rng.range(3 * US, 9 * US)
+        };
         let dur = self.q(d);
         let corr = self.runtime_head(api, cbid, ts, dur);
         let (ext, op) = self.context();
@@ -1018,8 +1256,19 @@ impl<'c, W: Write> Gen<'c, W> {
                     *self.by_op.entry(op).or_insert(0) += gdur;
                 }
             }
-            Gpu::Memcpy { name, .. } => self.x_head(K_MEMCPY, "gpu_memcpy", name, None, dev, stream, start, gdur),
-            Gpu::Memset { .. } => self.x_head(K_MEMSET, "gpu_memset", "Memset (Device)", None, dev, stream, start, gdur),
+            Gpu::Memcpy { name, .. } => {
+                self.x_head(K_MEMCPY, "gpu_memcpy", name, None, dev, stream, start, gdur)
+            }
+            Gpu::Memset { .. } => self.x_head(
+                K_MEMSET,
+                "gpu_memset",
+                "Memset (Device)",
+                None,
+                dev,
+                stream,
+                start,
+                gdur,
+            ),
         }
         self.s("\"External id\": ");
         self.u(ext);
@@ -1059,7 +1308,12 @@ impl<'c, W: Write> Gen<'c, W> {
                 let milli = bytes * 1000 / gdur as u64;
                 self.u(milli / 1000);
                 let f = milli % 1000;
-                self.buf.extend_from_slice(&[b'.', b'0' + (f / 100) as u8, b'0' + (f / 10 % 10) as u8, b'0' + (f % 10) as u8]);
+                self.buf.extend_from_slice(&[
+                    b'.',
+                    b'0' + (f / 100) as u8,
+                    b'0' + (f / 10 % 10) as u8,
+                    b'0' + (f % 10) as u8,
+                ]);
             }
         }
         self.s("}}");
@@ -1134,7 +1388,11 @@ impl<'c, W: Write> Gen<'c, W> {
         self.open(Cat::CpuOp, op.name);
         self.adv(US, 4 * US);
         if op.children.is_empty() {
-            let reps = if op.reps > 1 { 1 + self.rng.below(op.reps as u64) } else { 1 };
+            let reps = if op.reps > 1 {
+                1 + self.rng.below(op.reps as u64)
+            } else {
+                1
+            };
             for _ in 0..reps {
                 for k in op.kernels {
                     self.launch("cudaLaunchKernel", 211, Gpu::Kernel(k), si, 0);
@@ -1146,8 +1404,16 @@ impl<'c, W: Write> Gen<'c, W> {
                 Special::H2d => {
                     let bytes = self.rng.range(1, 4) as u64 * 4 * MIB;
                     let copy = self.n_compute;
-                    let end =
-                        self.launch("cudaMemcpyAsync", 41, Gpu::Memcpy { name: "Memcpy HtoD (Pinned -> Device)", bytes }, copy, 0);
+                    let end = self.launch(
+                        "cudaMemcpyAsync",
+                        41,
+                        Gpu::Memcpy {
+                            name: "Memcpy HtoD (Pinned -> Device)",
+                            bytes,
+                        },
+                        copy,
+                        0,
+                    );
                     // The compute stream waits for the batch.
                     self.stream_free[0] = self.stream_free[0].max(end);
                 }
@@ -1156,17 +1422,35 @@ impl<'c, W: Write> Gen<'c, W> {
                     self.launch("cudaMemsetAsync", 51, Gpu::Memset { bytes }, 0, 0);
                 }
                 Special::D2h => {
-                    let end =
-                        self.launch("cudaMemcpyAsync", 41, Gpu::Memcpy { name: "Memcpy DtoH (Device -> Pageable)", bytes: 4 }, 0, 0);
+                    let end = self.launch(
+                        "cudaMemcpyAsync",
+                        41,
+                        Gpu::Memcpy {
+                            name: "Memcpy DtoH (Device -> Pageable)",
+                            bytes: 4,
+                        },
+                        0,
+                        0,
+                    );
                     self.adv(500, 2 * US);
                     self.runtime_only("cudaStreamSynchronize", 131, end);
                 }
                 Special::Nccl => {
                     self.stack.last_mut().unwrap().comms = true;
                     // Gradients must be ready: wait for the compute streams.
-                    let ready = self.stream_free[..self.n_compute].iter().copied().max().unwrap_or(0);
+                    let ready = self.stream_free[..self.n_compute]
+                        .iter()
+                        .copied()
+                        .max()
+                        .unwrap_or(0);
                     let nccl = self.n_compute + 1;
-                    self.nccl_end = self.launch("cudaLaunchKernel", 211, Gpu::Kernel(&NCCL_ALLREDUCE), nccl, ready);
+                    self.nccl_end = self.launch(
+                        "cudaLaunchKernel",
+                        211,
+                        Gpu::Kernel(&NCCL_ALLREDUCE),
+                        nccl,
+                        ready,
+                    );
                 }
             }
             if op.mem != 0 {
@@ -1184,7 +1468,11 @@ impl<'c, W: Write> Gen<'c, W> {
 
     /// A top-level op of the forward or backward pass, sometimes on a side stream.
     fn model_op(&mut self, op: &'static Op) {
-        let si = if self.n_compute > 1 && self.rng.one_in(4) { 1 + self.rng.below(self.n_compute as u64 - 1) as usize } else { 0 };
+        let si = if self.n_compute > 1 && self.rng.one_in(4) {
+            1 + self.rng.below(self.n_compute as u64 - 1) as usize
+        } else {
+            0
+        };
         self.run_op(op, si);
     }
 
@@ -1239,7 +1527,10 @@ impl<'c, W: Write> Gen<'c, W> {
         self.phase = Phase::Backward;
         self.annotation("## backward ##");
         self.adv(US, 3 * US);
-        self.open(Cat::Python, "<built-in method run_backward of torch._C._EngineBase object at 0x7f3a2c1b5e40>");
+        self.open(
+            Cat::Python,
+            "<built-in method run_backward of torch._C._EngineBase object at 0x7f3a2c1b5e40>",
+        );
         for op in &LOSS_BWD {
             self.run_op(op, 0);
         }
@@ -1350,7 +1641,9 @@ mod tests {
         let pat = format!("\"{key}\": ");
         let i = line.find(&pat)? + pat.len();
         let rest = &line[i..];
-        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-')).unwrap_or(rest.len());
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+            .unwrap_or(rest.len());
         Some(&rest[..n])
     }
 
@@ -1401,7 +1694,10 @@ mod tests {
         assert_eq!(gt.bytes_written, bytes.len() as u64);
         let doc: Value = serde_json::from_slice(&bytes).expect("valid JSON");
         let trace = doc["traceEvents"].as_array().expect("traceEvents");
-        assert_eq!(doc["metadata"]["env"]["HF_TOKEN"], "hf_synthetic_secret_do_not_store");
+        assert_eq!(
+            doc["metadata"]["env"]["HF_TOKEN"],
+            "hf_synthetic_secret_do_not_store"
+        );
         match cfg.rank {
             Some(r) => {
                 assert_eq!(doc["distributedInfo"]["rank"], r);
@@ -1456,7 +1752,11 @@ mod tests {
                     if kind_of(v) == Some("kernel") {
                         *by_name.entry(name.clone()).or_default() += e.dur;
                         *count_by_name.entry(name.clone()).or_default() += 1;
-                        kernels.push((v["args"]["correlation"].as_i64().unwrap(), e.dur, name.clone()));
+                        kernels.push((
+                            v["args"]["correlation"].as_i64().unwrap(),
+                            e.dur,
+                            name.clone(),
+                        ));
                     }
                 }
                 Some("runtime") => {
@@ -1474,7 +1774,14 @@ mod tests {
         }
         assert_eq!(n, gt.events);
         assert_eq!(kinds, gt.kind_counts);
-        for k in ["annotation", "cpu_op", "runtime", "kernel", "instant", "python"] {
+        for k in [
+            "annotation",
+            "cpu_op",
+            "runtime",
+            "kernel",
+            "instant",
+            "python",
+        ] {
             assert!(gt.kind_counts[k] > 0, "no {k}");
         }
         assert_eq!(kernels.len() as u64, gt.kernels);
@@ -1505,7 +1812,13 @@ mod tests {
         gpu.sort();
         for w in gpu.windows(2) {
             if w[0].0 == w[1].0 {
-                assert!(w[0].2 <= w[1].1, "overlap on stream {}: {:?} {:?}", w[0].0, w[0], w[1]);
+                assert!(
+                    w[0].2 <= w[1].1,
+                    "overlap on stream {}: {:?} {:?}",
+                    w[0].0,
+                    w[0],
+                    w[1]
+                );
             }
         }
         let mut iv: Vec<(i64, i64)> = gpu.iter().map(|g| (g.1, g.2)).collect();
@@ -1541,10 +1854,19 @@ mod tests {
         let (b, gb) = gen(&SynthConfig::small());
         assert_eq!(a, b);
         assert_eq!(ga, gb);
-        let (c, _) = gen(&SynthConfig { seed: 2, ..SynthConfig::small() });
+        let (c, _) = gen(&SynthConfig {
+            seed: 2,
+            ..SynthConfig::small()
+        });
         assert_ne!(a, c);
-        let (d1, _) = gen(&SynthConfig { steps: 3, ..SynthConfig::demo() });
-        let (d2, _) = gen(&SynthConfig { steps: 3, ..SynthConfig::demo() });
+        let (d1, _) = gen(&SynthConfig {
+            steps: 3,
+            ..SynthConfig::demo()
+        });
+        let (d2, _) = gen(&SynthConfig {
+            steps: 3,
+            ..SynthConfig::demo()
+        });
         assert_eq!(d1, d2);
     }
 
@@ -1556,7 +1878,11 @@ mod tests {
     #[test]
     fn integer_us_f64_recompute() {
         // Integer microseconds survive f64 (epoch us < 2^53): recompute with the plain Value.
-        let cfg = SynthConfig { streams: 2, nccl: true, ..SynthConfig::small() };
+        let cfg = SynthConfig {
+            streams: 2,
+            nccl: true,
+            ..SynthConfig::small()
+        };
         let (bytes, gt) = gen(&cfg);
         let doc: Value = serde_json::from_slice(&bytes).unwrap();
         let mut n = 0;
@@ -1567,7 +1893,9 @@ mod tests {
             }
             if e["cat"] == "kernel" {
                 let dur = e["dur"].as_u64().expect("integer dur") as i64 * 1000;
-                *by_name.entry(e["name"].as_str().unwrap().into()).or_default() += dur;
+                *by_name
+                    .entry(e["name"].as_str().unwrap().into())
+                    .or_default() += dur;
             }
         }
         assert_eq!(n, gt.events);
@@ -1577,7 +1905,12 @@ mod tests {
 
     #[test]
     fn float_epoch_multi_stream() {
-        check(&SynthConfig { steps: 3, layers: 4, streams: 3, ..SynthConfig::demo() });
+        check(&SynthConfig {
+            steps: 3,
+            layers: 4,
+            streams: 3,
+            ..SynthConfig::demo()
+        });
     }
 
     #[test]
@@ -1601,16 +1934,27 @@ mod tests {
 
     #[test]
     fn integer_base_time_no_copies() {
-        check(&SynthConfig { copies: false, base_time_ns: Some(1_700_000_000_000_000_123), ..SynthConfig::small() });
+        check(&SynthConfig {
+            copies: false,
+            base_time_ns: Some(1_700_000_000_000_000_123),
+            ..SynthConfig::small()
+        });
     }
 
     #[test]
     fn exact_decimal_times() {
         // Epoch ns exceed 2^53: the printed text must still be exact to the ns.
-        let cfg = SynthConfig { steps: 1, layers: 2, ..SynthConfig::demo() };
+        let cfg = SynthConfig {
+            steps: 1,
+            layers: 2,
+            ..SynthConfig::demo()
+        };
         let (bytes, gt) = gen(&cfg);
         let text = std::str::from_utf8(&bytes).unwrap();
-        let line = text.lines().find(|l| l.contains("\"name\": \"ProfilerStep#5\"")).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("\"name\": \"ProfilerStep#5\""))
+            .unwrap();
         let ts = parse_us(raw(line, "ts").unwrap());
         assert_eq!(ts, gt.steps[0].1);
         assert!(ts > 1 << 53);
@@ -1621,7 +1965,11 @@ mod tests {
     fn sized_is_close() {
         let cfg = SynthConfig::sized(5_000_000);
         let gt = write_kineto(&cfg, io::sink()).unwrap();
-        assert!((4_000_000..=6_000_000).contains(&gt.bytes_written), "{} bytes", gt.bytes_written);
+        assert!(
+            (4_000_000..=6_000_000).contains(&gt.bytes_written),
+            "{} bytes",
+            gt.bytes_written
+        );
     }
 
     #[test]
@@ -1646,6 +1994,12 @@ mod tests {
         let t0 = std::time::Instant::now();
         let gt = write_kineto(&cfg, io::sink()).unwrap();
         let s = t0.elapsed().as_secs_f64();
-        println!("{} bytes, {} events in {:.3} s: {:.0} MB/s", gt.bytes_written, gt.events, s, gt.bytes_written as f64 / s / 1e6);
+        println!(
+            "{} bytes, {} events in {:.3} s: {:.0} MB/s",
+            gt.bytes_written,
+            gt.events,
+            s,
+            gt.bytes_written as f64 / s / 1e6
+        );
     }
 }

@@ -26,10 +26,19 @@ pub const VIEWS: &[(&str, &str)] = &[
     ("memcpy", "SELECT * FROM events WHERE kind = 'memcpy'"),
     ("memset", "SELECT * FROM events WHERE kind = 'memset'"),
     ("sync", "SELECT * FROM events WHERE kind = 'sync'"),
-    ("runtime", "SELECT * FROM events WHERE kind IN ('runtime', 'driver')"),
+    (
+        "runtime",
+        "SELECT * FROM events WHERE kind IN ('runtime', 'driver')",
+    ),
     ("cpu_ops", "SELECT * FROM events WHERE kind = 'cpu_op'"),
-    ("annotations", "SELECT * FROM events WHERE kind IN ('annotation', 'gpu_annotation')"),
-    ("gpu_ops", "SELECT * FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"),
+    (
+        "annotations",
+        "SELECT * FROM events WHERE kind IN ('annotation', 'gpu_annotation')",
+    ),
+    (
+        "gpu_ops",
+        "SELECT * FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')",
+    ),
     (
         "steps",
         "SELECT run, rank, step, ts, dur FROM events \
@@ -42,7 +51,9 @@ pub const TABLES: &[&str] = &["events", "counters", "runs"];
 
 /// The session configuration gpuq uses everywhere.
 pub fn session_config() -> SessionConfig {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
     let mut config = SessionConfig::new()
         .with_target_partitions(threads)
         .with_information_schema(true)
@@ -57,8 +68,14 @@ pub fn session_config() -> SessionConfig {
 /// A session over `store` with every table and view registered.
 pub async fn open_session(store: &Store) -> Result<SessionContext> {
     let ctx = SessionContext::new_with_config(session_config());
-    ctx.register_table("events", Arc::new(ManifestTable::new(store.clone(), TableKind::Events)))?;
-    ctx.register_table("counters", Arc::new(ManifestTable::new(store.clone(), TableKind::Counters)))?;
+    ctx.register_table(
+        "events",
+        Arc::new(ManifestTable::new(store.clone(), TableKind::Events)),
+    )?;
+    ctx.register_table(
+        "counters",
+        Arc::new(ManifestTable::new(store.clone(), TableKind::Counters)),
+    )?;
     ctx.register_table("runs", Arc::new(RunsTable::new(store.clone())))?;
     for (name, sql) in VIEWS {
         ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await?;

@@ -6,12 +6,21 @@ use gpuq_ingest::synth::{write_kineto, GroundTruth, SynthConfig};
 use gpuq_ingest::{IngestOptions, NoProgress};
 use std::path::Path;
 
-fn ingest_synth(store: &Store, dir: &Path, run: &str, cfg: &SynthConfig, tags: &[(&str, &str)]) -> GroundTruth {
+fn ingest_synth(
+    store: &Store,
+    dir: &Path,
+    run: &str,
+    cfg: &SynthConfig,
+    tags: &[(&str, &str)],
+) -> GroundTruth {
     let path = dir.join(format!("{run}.json"));
     let truth = write_kineto(cfg, std::fs::File::create(&path).unwrap()).unwrap();
     let opts = IngestOptions {
         run: Some(RunId::new(run).unwrap()),
-        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        tags: tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         replace: false,
     };
     gpuq_ingest::ingest(store, &[path], &opts, &NoProgress).unwrap();
@@ -22,7 +31,11 @@ async fn query_i64(ctx: &SessionContext, sql: &str) -> Vec<Option<i64>> {
     let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     let mut out = Vec::new();
     for b in batches {
-        let c = datafusion::arrow::compute::cast(b.column(0), &datafusion::arrow::datatypes::DataType::Int64).unwrap();
+        let c = datafusion::arrow::compute::cast(
+            b.column(0),
+            &datafusion::arrow::datatypes::DataType::Int64,
+        )
+        .unwrap();
         out.extend(c.as_primitive::<Int64Type>().iter());
     }
     out
@@ -32,7 +45,11 @@ async fn query_strings(ctx: &SessionContext, sql: &str) -> Vec<Option<String>> {
     let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     let mut out = Vec::new();
     for b in batches {
-        let c = datafusion::arrow::compute::cast(b.column(0), &datafusion::arrow::datatypes::DataType::Utf8).unwrap();
+        let c = datafusion::arrow::compute::cast(
+            b.column(0),
+            &datafusion::arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
         out.extend(c.as_string::<i32>().iter().map(|s| s.map(String::from)));
     }
     out
@@ -43,12 +60,33 @@ async fn a_long_lived_session_sees_runs_committed_after_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("store")).unwrap();
     let ctx = open_session(&store).await.unwrap();
-    assert_eq!(query_i64(&ctx, "SELECT count(*) FROM events").await, vec![Some(0)]);
+    assert_eq!(
+        query_i64(&ctx, "SELECT count(*) FROM events").await,
+        vec![Some(0)]
+    );
     let truth = ingest_synth(&store, dir.path(), "r1", &SynthConfig::small(), &[]);
-    assert_eq!(query_i64(&ctx, "SELECT count(*) FROM kernels").await, vec![Some(truth.kernels as i64)]);
-    let t2 = ingest_synth(&store, dir.path(), "r2", &SynthConfig { seed: 9, ..SynthConfig::small() }, &[]);
-    assert_eq!(query_i64(&ctx, "SELECT count(*) FROM kernels").await, vec![Some((truth.kernels + t2.kernels) as i64)]);
-    assert_eq!(query_strings(&ctx, "SELECT run FROM runs ORDER BY run").await, vec![Some("r1".into()), Some("r2".into())]);
+    assert_eq!(
+        query_i64(&ctx, "SELECT count(*) FROM kernels").await,
+        vec![Some(truth.kernels as i64)]
+    );
+    let t2 = ingest_synth(
+        &store,
+        dir.path(),
+        "r2",
+        &SynthConfig {
+            seed: 9,
+            ..SynthConfig::small()
+        },
+        &[],
+    );
+    assert_eq!(
+        query_i64(&ctx, "SELECT count(*) FROM kernels").await,
+        vec![Some((truth.kernels + t2.kernels) as i64)]
+    );
+    assert_eq!(
+        query_strings(&ctx, "SELECT run FROM runs ORDER BY run").await,
+        vec![Some("r1".into()), Some("r2".into())]
+    );
 }
 
 #[tokio::test]
@@ -58,33 +96,71 @@ async fn kernel_totals_match_the_generators_ground_truth() {
     let truth = ingest_synth(&store, dir.path(), "gt", &SynthConfig::small(), &[]);
     let ctx = open_session(&store).await.unwrap();
     let names = query_strings(&ctx, "SELECT name FROM kernels GROUP BY name ORDER BY name").await;
-    let totals = query_i64(&ctx, "SELECT sum(dur) FROM kernels GROUP BY name ORDER BY name").await;
-    let got: Vec<(String, i64)> = names.into_iter().zip(totals).map(|(n, t)| (n.unwrap(), t.unwrap())).collect();
+    let totals = query_i64(
+        &ctx,
+        "SELECT sum(dur) FROM kernels GROUP BY name ORDER BY name",
+    )
+    .await;
+    let got: Vec<(String, i64)> = names
+        .into_iter()
+        .zip(totals)
+        .map(|(n, t)| (n.unwrap(), t.unwrap()))
+        .collect();
     let want: Vec<(String, i64)> = truth.kernel_ns_by_name.clone().into_iter().collect();
     assert_eq!(got, want);
     let ops = query_strings(&ctx, "SELECT op FROM kernels GROUP BY op ORDER BY op").await;
     let op_totals = query_i64(&ctx, "SELECT sum(dur) FROM kernels GROUP BY op ORDER BY op").await;
-    let got: Vec<(String, i64)> = ops.into_iter().zip(op_totals).map(|(n, t)| (n.unwrap_or_default(), t.unwrap())).collect();
+    let got: Vec<(String, i64)> = ops
+        .into_iter()
+        .zip(op_totals)
+        .map(|(n, t)| (n.unwrap_or_default(), t.unwrap()))
+        .collect();
     let want: Vec<(String, i64)> = truth.kernel_ns_by_op.clone().into_iter().collect();
     assert_eq!(got, want);
     for (kind, n) in &truth.kind_counts {
-        let got = query_i64(&ctx, &format!("SELECT count(*) FROM events WHERE kind = '{kind}'")).await;
+        let got = query_i64(
+            &ctx,
+            &format!("SELECT count(*) FROM events WHERE kind = '{kind}'"),
+        )
+        .await;
         assert_eq!(got, vec![Some(*n as i64)], "kind {kind}");
     }
     let steps = query_i64(&ctx, "SELECT step FROM steps ORDER BY step").await;
-    assert_eq!(steps, truth.steps.iter().map(|s| Some(s.0 as i64)).collect::<Vec<_>>());
+    assert_eq!(
+        steps,
+        truth
+            .steps
+            .iter()
+            .map(|s| Some(s.0 as i64))
+            .collect::<Vec<_>>()
+    );
     let step_durs = query_i64(&ctx, "SELECT dur FROM steps ORDER BY step").await;
-    assert_eq!(step_durs, truth.steps.iter().map(|s| Some(s.2)).collect::<Vec<_>>());
+    assert_eq!(
+        step_durs,
+        truth.steps.iter().map(|s| Some(s.2)).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
 async fn tags_are_queryable_and_secrets_are_not_stored() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("store")).unwrap();
-    ingest_synth(&store, dir.path(), "tagged", &SynthConfig::small(), &[("model", "llama"), ("bs", "8")]);
+    ingest_synth(
+        &store,
+        dir.path(),
+        "tagged",
+        &SynthConfig::small(),
+        &[("model", "llama"), ("bs", "8")],
+    );
     let ctx = open_session(&store).await.unwrap();
-    assert_eq!(query_strings(&ctx, "SELECT tags['model'] FROM runs").await, vec![Some("llama".into())]);
-    assert_eq!(query_strings(&ctx, "SELECT run FROM runs WHERE tags['bs'] = '8'").await, vec![Some("tagged".into())]);
+    assert_eq!(
+        query_strings(&ctx, "SELECT tags['model'] FROM runs").await,
+        vec![Some("llama".into())]
+    );
+    assert_eq!(
+        query_strings(&ctx, "SELECT run FROM runs WHERE tags['bs'] = '8'").await,
+        vec![Some("tagged".into())]
+    );
     let metadata = query_strings(&ctx, "SELECT metadata FROM runs").await;
     let metadata = metadata[0].as_deref().unwrap();
     assert!(metadata.contains("REDACTED"), "{metadata}");
@@ -92,7 +168,11 @@ async fn tags_are_queryable_and_secrets_are_not_stored() {
     // Nothing anywhere in the store holds the secret.
     for entry in walk(store.root()) {
         let bytes = std::fs::read(&entry).unwrap();
-        assert!(!bytes.windows(19).any(|w| w == b"hf_synthetic_secret"), "secret in {}", entry.display());
+        assert!(
+            !bytes.windows(19).any(|w| w == b"hf_synthetic_secret"),
+            "secret in {}",
+            entry.display()
+        );
     }
 }
 
@@ -113,30 +193,66 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 fn metric(plan: &str, name: &str) -> u64 {
     plan.split(&format!("{name}="))
         .skip(1)
-        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
 async fn explain_analyze(ctx: &SessionContext, sql: &str) -> String {
-    let batches = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap().collect().await.unwrap();
-    datafusion::arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string()
+    let batches = ctx
+        .sql(&format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test]
 async fn filters_on_run_ts_and_step_prune_files_and_row_groups() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("store")).unwrap();
-    let big = SynthConfig { steps: 40, ..SynthConfig::small() };
+    let big = SynthConfig {
+        steps: 40,
+        ..SynthConfig::small()
+    };
     for (i, run) in ["a", "b", "c"].iter().enumerate() {
-        ingest_synth(&store, dir.path(), run, &SynthConfig { seed: i as u64, ..big.clone() }, &[]);
+        ingest_synth(
+            &store,
+            dir.path(),
+            run,
+            &SynthConfig {
+                seed: i as u64,
+                ..big.clone()
+            },
+            &[],
+        );
     }
     let ctx = open_session(&store).await.unwrap();
     let total = query_i64(&ctx, "SELECT count(*) FROM events").await[0].unwrap();
     // run = 'b': only b's files are scanned (the others never reach the Parquet reader).
     let plan = explain_analyze(&ctx, "SELECT count(*) FROM events WHERE run = 'b'").await;
-    let files_b = store.manifest().unwrap().runs[&RunId::new("b").unwrap()].files.iter().filter(|f| f.table == TableKind::Events).count();
-    assert!(plan.contains(&format!("file_groups={{{files_b} group")) || plan.matches(".parquet").count() <= files_b + 1, "{plan}");
-    assert!(!plan.contains("run=a/") && !plan.contains("run=c/"), "{plan}");
+    let files_b = store.manifest().unwrap().runs[&RunId::new("b").unwrap()]
+        .files
+        .iter()
+        .filter(|f| f.table == TableKind::Events)
+        .count();
+    assert!(
+        plan.contains(&format!("file_groups={{{files_b} group"))
+            || plan.matches(".parquet").count() <= files_b + 1,
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("run=a/") && !plan.contains("run=c/"),
+        "{plan}"
+    );
     // A narrow ts window prunes row groups inside the files by their statistics.
     let (lo, hi) = {
         let v = query_i64(&ctx, "SELECT min(ts) FROM events WHERE run = 'a'").await[0].unwrap();
@@ -144,9 +260,13 @@ async fn filters_on_run_ts_and_step_prune_files_and_row_groups() {
         (v, w)
     };
     let mid = lo + (hi - lo) / 2;
-    let sql = format!("SELECT count(*) FROM events WHERE run = 'a' AND ts BETWEEN {mid} AND {}", mid + 1000);
+    let sql = format!(
+        "SELECT count(*) FROM events WHERE run = 'a' AND ts BETWEEN {mid} AND {}",
+        mid + 1000
+    );
     let plan = explain_analyze(&ctx, &sql).await;
-    let pruned = metric(&plan, "row_groups_pruned_statistics") + metric(&plan, "page_index_rows_pruned");
+    let pruned =
+        metric(&plan, "row_groups_pruned_statistics") + metric(&plan, "page_index_rows_pruned");
     assert!(pruned > 0, "nothing pruned: {plan}");
     // Results stay exact under pruning.
     let n = query_i64(&ctx, &sql).await[0].unwrap();
@@ -155,7 +275,10 @@ async fn filters_on_run_ts_and_step_prune_files_and_row_groups() {
     assert!(n < total);
     // Step filters prune files by the manifest's step ranges when steps are far apart.
     let plan = explain_analyze(&ctx, "SELECT count(*) FROM events WHERE step = 1000000").await;
-    assert!(!plan.contains(".parquet"), "files scanned for an impossible step: {plan}");
+    assert!(
+        !plan.contains(".parquet"),
+        "files scanned for an impossible step: {plan}"
+    );
 }
 
 #[tokio::test]

@@ -16,7 +16,9 @@ fn counters(n: usize, ts0: i64) -> RecordBatch {
             Arc::new(Int32Array::from(vec![Some(0); n])),
             Arc::new(Int64Array::from(vec![Some(1); n])),
             Arc::new(names.finish()),
-            Arc::new(Int64Array::from_iter_values((0..n as i64).rev().map(|i| ts0 + i))),
+            Arc::new(Int64Array::from_iter_values(
+                (0..n as i64).rev().map(|i| ts0 + i),
+            )),
             Arc::new(Float64Array::from(vec![1.5; n])),
         ],
     )
@@ -30,7 +32,13 @@ fn run(name: &str) -> RunId {
 fn meta(hash: &str) -> RunMeta {
     RunMeta {
         format: "test".into(),
-        sources: vec![crate::manifest::SourceFile { path: "x".into(), hash: hash.into(), bytes: 1, rank: None, format: "test".into() }],
+        sources: vec![crate::manifest::SourceFile {
+            path: "x".into(),
+            hash: hash.into(),
+            bytes: 1,
+            rank: None,
+            format: "test".into(),
+        }],
         events: 10,
         ..Default::default()
     }
@@ -40,10 +48,17 @@ fn data_files(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for table in TableKind::ALL {
         let dir = root.join(table.name());
-        let Ok(runs) = fs::read_dir(dir) else { continue };
+        let Ok(runs) = fs::read_dir(dir) else {
+            continue;
+        };
         for r in runs.flatten() {
             for f in fs::read_dir(r.path()).unwrap().flatten() {
-                out.push(format!("{}/{}/{}", table.name(), r.file_name().to_string_lossy(), f.file_name().to_string_lossy()));
+                out.push(format!(
+                    "{}/{}/{}",
+                    table.name(),
+                    r.file_name().to_string_lossy(),
+                    f.file_name().to_string_lossy()
+                ));
             }
         }
     }
@@ -56,11 +71,18 @@ fn a_run_is_visible_only_after_commit() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
-    let staged = w.write_part(TableKind::Counters, &counters(100, 1000)).unwrap();
+    let staged = w
+        .write_part(TableKind::Counters, &counters(100, 1000))
+        .unwrap();
     assert_eq!(staged.rows, 100);
     assert_eq!(staged.stats["ts"], Some((1000, 1099)));
-    assert!(store.manifest().unwrap().runs.is_empty(), "staged data must not be visible");
-    let v = w.put_run(&run("r1"), meta("h1"), vec![staged], PutMode::Create).unwrap();
+    assert!(
+        store.manifest().unwrap().runs.is_empty(),
+        "staged data must not be visible"
+    );
+    let v = w
+        .put_run(&run("r1"), meta("h1"), vec![staged], PutMode::Create)
+        .unwrap();
     assert_eq!(v, 1);
     let m = store.manifest().unwrap();
     assert_eq!(m.version, 1);
@@ -78,7 +100,8 @@ fn an_abandoned_writer_leaves_the_store_as_it_was() {
     {
         let mut w = store.writer().unwrap();
         let s = w.write_part(TableKind::Counters, &counters(10, 0)).unwrap();
-        w.put_run(&run("kept"), meta("a"), vec![s], PutMode::Create).unwrap();
+        w.put_run(&run("kept"), meta("a"), vec![s], PutMode::Create)
+            .unwrap();
     }
     let before = data_files(dir.path());
     {
@@ -87,14 +110,19 @@ fn an_abandoned_writer_leaves_the_store_as_it_was() {
         // dropped without commit, like a killed process
     }
     // A data file moved into place but never committed (writer died between rename and commit).
-    let orphan = dir.path().join("counters/run=ghost/part-0000000099.parquet");
+    let orphan = dir
+        .path()
+        .join("counters/run=ghost/part-0000000099.parquet");
     fs::create_dir_all(orphan.parent().unwrap()).unwrap();
     fs::write(&orphan, b"partial").unwrap();
     assert_eq!(store.manifest().unwrap().runs.len(), 1);
     let w = store.writer().unwrap(); // the next writer cleans up
     drop(w);
     assert_eq!(data_files(dir.path()), before);
-    assert_eq!(fs::read_dir(dir.path().join("_staging")).unwrap().count(), 0);
+    assert_eq!(
+        fs::read_dir(dir.path().join("_staging")).unwrap().count(),
+        0
+    );
     assert!(!dir.path().join("counters/run=ghost").exists());
 }
 
@@ -104,10 +132,14 @@ fn replace_remove_and_tag() {
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
     let s = w.write_part(TableKind::Counters, &counters(10, 0)).unwrap();
-    w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create).unwrap();
+    w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
+        .unwrap();
     let s = w.write_part(TableKind::Counters, &counters(5, 0)).unwrap();
-    assert!(w.put_run(&run("r"), meta("b"), vec![s.clone()], PutMode::Create).is_err());
-    w.put_run(&run("r"), meta("b"), vec![s], PutMode::Replace).unwrap();
+    assert!(w
+        .put_run(&run("r"), meta("b"), vec![s.clone()], PutMode::Create)
+        .is_err());
+    w.put_run(&run("r"), meta("b"), vec![s], PutMode::Replace)
+        .unwrap();
     let m = store.manifest().unwrap();
     let e = &m.runs[&run("r")];
     assert_eq!(e.files.len(), 1);
@@ -118,20 +150,32 @@ fn replace_remove_and_tag() {
     assert!(dir.path().join(&m.tombstones[0].path).exists());
 
     let s = w.write_part(TableKind::Counters, &counters(7, 50)).unwrap();
-    w.put_run(&run("r"), meta("c"), vec![s], PutMode::Append).unwrap();
+    w.put_run(&run("r"), meta("c"), vec![s], PutMode::Append)
+        .unwrap();
     let m = store.manifest().unwrap();
     assert_eq!(m.runs[&run("r")].files.len(), 2);
     assert_eq!(m.runs[&run("r")].meta.events, 20);
 
-    w.set_tags(&run("r"), &[("branch".into(), "main".into())]).unwrap();
-    assert_eq!(store.manifest().unwrap().runs[&run("r")].meta.tags["branch"], "main");
-    w.set_tags(&run("r"), &[("branch".into(), String::new())]).unwrap();
-    assert!(store.manifest().unwrap().runs[&run("r")].meta.tags.is_empty());
+    w.set_tags(&run("r"), &[("branch".into(), "main".into())])
+        .unwrap();
+    assert_eq!(
+        store.manifest().unwrap().runs[&run("r")].meta.tags["branch"],
+        "main"
+    );
+    w.set_tags(&run("r"), &[("branch".into(), String::new())])
+        .unwrap();
+    assert!(store.manifest().unwrap().runs[&run("r")]
+        .meta
+        .tags
+        .is_empty());
 
     w.remove_run(&run("r")).unwrap();
     assert!(store.manifest().unwrap().runs.is_empty());
     assert!(matches!(w.remove_run(&run("r")), Err(Error::UnknownRun(_))));
-    assert!(matches!(w.set_tags(&run("nope"), &[]), Err(Error::UnknownRun(_))));
+    assert!(matches!(
+        w.set_tags(&run("nope"), &[]),
+        Err(Error::UnknownRun(_))
+    ));
 }
 
 #[test]
@@ -140,9 +184,20 @@ fn a_second_commit_of_the_same_version_is_a_conflict() {
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
     // Someone else created version 1 behind this writer's back.
-    fs::write(store.paths().manifest_file(1), serde_json::to_vec(&Manifest { version: 1, ..Default::default() }).unwrap()).unwrap();
+    fs::write(
+        store.paths().manifest_file(1),
+        serde_json::to_vec(&Manifest {
+            version: 1,
+            ..Default::default()
+        })
+        .unwrap(),
+    )
+    .unwrap();
     let s = w.write_part(TableKind::Counters, &counters(1, 0)).unwrap();
-    assert!(matches!(w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create), Err(Error::Conflict(1))));
+    assert!(matches!(
+        w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create),
+        Err(Error::Conflict(1))
+    ));
 }
 
 #[test]
@@ -151,9 +206,14 @@ fn a_damaged_newest_manifest_falls_back_to_the_previous_version() {
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
     let s = w.write_part(TableKind::Counters, &counters(1, 0)).unwrap();
-    w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create).unwrap();
+    w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
+        .unwrap();
     drop(w);
-    fs::write(store.paths().manifest_file(2), b"{\"version\": 2, \"runs\": {").unwrap();
+    fs::write(
+        store.paths().manifest_file(2),
+        b"{\"version\": 2, \"runs\": {",
+    )
+    .unwrap();
     let fresh = Store::open(dir.path()).unwrap();
     let m = fresh.manifest().unwrap();
     assert_eq!(m.version, 1);
@@ -166,9 +226,11 @@ fn old_manifest_versions_are_pruned() {
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
     let s = w.write_part(TableKind::Counters, &counters(1, 0)).unwrap();
-    w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create).unwrap();
+    w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
+        .unwrap();
     for i in 0..30 {
-        w.set_tags(&run("r"), &[("i".into(), i.to_string())]).unwrap();
+        w.set_tags(&run("r"), &[("i".into(), i.to_string())])
+            .unwrap();
     }
     let n = fs::read_dir(store.paths().manifest_dir()).unwrap().count();
     assert!(n <= 20, "{n} manifest files kept");

@@ -22,22 +22,35 @@ fn strings(b: &RecordBatch, col: &str) -> Vec<Option<String>> {
         datafusion::arrow::datatypes::DataType::Dictionary(_, _) => {
             let d = c.as_dictionary::<Int32Type>();
             let v = d.values().as_string::<i32>();
-            (0..d.len()).map(|i| d.key(i).map(|k| v.value(k).to_string())).collect()
+            (0..d.len())
+                .map(|i| d.key(i).map(|k| v.value(k).to_string()))
+                .collect()
         }
-        _ => c.as_string::<i32>().iter().map(|s| s.map(String::from)).collect(),
+        _ => c
+            .as_string::<i32>()
+            .iter()
+            .map(|s| s.map(String::from))
+            .collect(),
     }
 }
 
 fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
     let c = b.column_by_name(col).unwrap();
     match c.data_type() {
-        datafusion::arrow::datatypes::DataType::Int32 => c.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        datafusion::arrow::datatypes::DataType::Int32 => c
+            .as_primitive::<Int32Type>()
+            .iter()
+            .map(|v| v.map(i64::from))
+            .collect(),
         _ => c.as_primitive::<Int64Type>().iter().collect(),
     }
 }
 
 fn row_of(b: &RecordBatch, name: &str) -> usize {
-    strings(b, "name").iter().position(|n| n.as_deref() == Some(name)).unwrap_or_else(|| panic!("no event {name}"))
+    strings(b, "name")
+        .iter()
+        .position(|n| n.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no event {name}"))
 }
 
 const MODERN: &str = r###"{
@@ -104,7 +117,10 @@ fn parses_the_modern_shape_with_exact_times() {
     let launch = row_of(&b, "cudaLaunchKernel");
     assert_eq!(strings(&b, "op")[launch].as_deref(), Some("aten::addmm"));
     assert_eq!(strings(&b, "kind")[launch].as_deref(), Some("runtime"));
-    assert_eq!(strings(&b, "kind")[row_of(&b, "cuLaunchKernelEx")].as_deref(), Some("driver"));
+    assert_eq!(
+        strings(&b, "kind")[row_of(&b, "cuLaunchKernelEx")].as_deref(),
+        Some("driver")
+    );
     // Annotations: their scope is the enclosing one, not themselves.
     let fwd = row_of(&b, "## forward ##");
     assert_eq!(strings(&b, "scope")[fwd].as_deref(), Some("ProfilerStep#7"));
@@ -118,9 +134,18 @@ fn parses_the_modern_shape_with_exact_times() {
     let copy = row_of(&b, "Memcpy HtoD (Pageable -> Device)");
     assert_eq!(strings(&b, "copy_kind")[copy].as_deref(), Some("HtoD"));
     assert_eq!(ints(&b, "bytes")[copy], Some(4096));
-    assert_eq!(strings(&b, "kind")[row_of(&b, "Memset (Device)")].as_deref(), Some("memset"));
-    assert_eq!(strings(&b, "kind")[row_of(&b, "[memory]")].as_deref(), Some("instant"));
-    assert_eq!(strings(&b, "kind")[row_of(&b, "train.py(10): step")].as_deref(), Some("python"));
+    assert_eq!(
+        strings(&b, "kind")[row_of(&b, "Memset (Device)")].as_deref(),
+        Some("memset")
+    );
+    assert_eq!(
+        strings(&b, "kind")[row_of(&b, "[memory]")].as_deref(),
+        Some("instant")
+    );
+    assert_eq!(
+        strings(&b, "kind")[row_of(&b, "train.py(10): step")].as_deref(),
+        Some("python")
+    );
     // String pids/tids get stable negative ids and are kept in args.
     let span = row_of(&b, "PyTorch Profiler (0)");
     assert!(ints(&b, "pid")[span].unwrap() < 0);
@@ -137,7 +162,9 @@ fn parses_the_modern_shape_with_exact_times() {
 fn graph_launch_fans_out_to_every_kernel() {
     let b = resolved(parse_str(MODERN).unwrap());
     let names = strings(&b, "name");
-    let graph: Vec<usize> = (0..b.num_rows()).filter(|&i| names[i].as_deref() == Some("graph_k")).collect();
+    let graph: Vec<usize> = (0..b.num_rows())
+        .filter(|&i| names[i].as_deref() == Some("graph_k"))
+        .collect();
     assert_eq!(graph.len(), 2);
     for i in graph {
         assert_eq!(ints(&b, "correlation")[i], Some(503));
@@ -229,28 +256,45 @@ fn reports_bad_input_with_position() {
     let e = parse_str(r###"{"displayTimeUnit": "ms"}"###).unwrap_err();
     assert!(e.message.contains("traceEvents"), "{e}");
     assert!(parse_str("").unwrap_err().message.contains("empty"));
-    assert!(parse_str("[1, 2]").unwrap_err().message.contains("expected a JSON object"));
-    assert!(parse_str("\u{1}\u{2}binary").unwrap_err().message.contains("binary"));
-    let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1} {"ph": "X"}]}"###).unwrap_err();
+    assert!(parse_str("[1, 2]")
+        .unwrap_err()
+        .message
+        .contains("expected a JSON object"));
+    assert!(parse_str("\u{1}\u{2}binary")
+        .unwrap_err()
+        .message
+        .contains("binary"));
+    let e = parse_str(
+        r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1} {"ph": "X"}]}"###,
+    )
+    .unwrap_err();
     assert!(e.message.contains("expected ',' or ']'"), "{e}");
     assert_eq!(e.event, Some(1));
-    let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": 5}]}"###).unwrap_err();
+    let e = parse_str(
+        r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": 5}]}"###,
+    )
+    .unwrap_err();
     assert!(e.message.contains("args"), "{e}");
 }
 
 #[test]
 fn counts_impossible_values_as_warnings_and_keeps_them() {
-    let t = parse_str(r###"{"traceEvents": [
+    let t = parse_str(
+        r###"{"traceEvents": [
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": -3},
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 7200000000},
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10},
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 1}
-    ]}"###)
+    ]}"###,
+    )
     .unwrap();
     assert_eq!(t.events, 4);
     assert_eq!(t.warnings["negative durations (kept as-is)"], 1);
     assert_eq!(t.warnings["implausibly long durations (kept as-is)"], 1);
-    assert_eq!(t.warnings["complete events without dur (stored with dur 0)"], 1);
+    assert_eq!(
+        t.warnings["complete events without dur (stored with dur 0)"],
+        1
+    );
 }
 
 #[test]
@@ -278,5 +322,8 @@ fn blocks_split_anywhere_give_the_same_result() {
     sorted.sort();
     assert_eq!(sorted[0], 1_000_000_000);
     assert_eq!(sorted[19_999], 1_019_999_999);
-    assert_eq!(ints(&b, "dur").iter().map(|v| v.unwrap()).sum::<i64>(), 20_000 * 1500);
+    assert_eq!(
+        ints(&b, "dur").iter().map(|v| v.unwrap()).sum::<i64>(),
+        20_000 * 1500
+    );
 }

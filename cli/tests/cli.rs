@@ -1,0 +1,519 @@
+//! The real `gpuq` binary, run in temporary directories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn gpuq(store: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every file of the store with its bytes, except the writer's lock file.
+fn snapshot(store: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![store.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().unwrap() != "_lock" {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn generate(dir: &Path, name: &str, bytes: u64, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "generate",
+            path.to_str().unwrap(),
+            "--bytes",
+            &bytes.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    path
+}
+
+#[test]
+fn ingest_then_query_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = generate(dir.path(), "train.json.gz", 2_000_000, 1);
+    let o = gpuq(
+        &store,
+        &[
+            "ingest",
+            trace.to_str().unwrap(),
+            "--run",
+            "llama-bs8",
+            "--tag",
+            "model=llama",
+            "--tag",
+            "bs=8",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("stored as run llama-bs8"),
+        "{}",
+        stdout(&o)
+    );
+    let sql = "SELECT name, count(*) AS n, sum(dur) AS total_ns FROM kernels WHERE run = 'llama-bs8' GROUP BY name ORDER BY total_ns DESC LIMIT 3";
+    let csv = gpuq(&store, &["query", "--format", "csv", sql]);
+    assert!(csv.status.success(), "{}", stderr(&csv));
+    let lines: Vec<String> = stdout(&csv).lines().map(String::from).collect();
+    assert_eq!(lines[0], "name,n,total_ns");
+    assert_eq!(lines.len(), 4);
+    let json = gpuq(&store, &["query", "--format", "json", sql]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 3);
+    let first_total: i64 = lines[1].rsplit(',').next().unwrap().parse().unwrap();
+    assert_eq!(v[0]["total_ns"].as_i64().unwrap(), first_total);
+    let nd = gpuq(&store, &["query", "--format", "ndjson", sql]);
+    assert_eq!(stdout(&nd).lines().count(), 3);
+    let md = gpuq(&store, &["query", "--format", "markdown", sql]);
+    assert!(
+        stdout(&md).starts_with("| name | n | total_ns |\n|---|---|---|\n"),
+        "{}",
+        stdout(&md)
+    );
+    let table = gpuq(
+        &store,
+        &[
+            "query",
+            "SELECT tags['model'] AS model FROM runs; SELECT count(*) AS k FROM kernels",
+        ],
+    );
+    assert!(table.status.success());
+    assert!(
+        stdout(&table).contains("llama") && stdout(&table).contains("| k "),
+        "{}",
+        stdout(&table)
+    );
+    // SQL from a file, several statements.
+    let f = dir.path().join("q.sql");
+    std::fs::write(&f, "SELECT 1 AS one;\nSELECT 2 AS two;\n").unwrap();
+    let o = gpuq(
+        &store,
+        &["query", "--format", "csv", "-f", f.to_str().unwrap()],
+    );
+    assert_eq!(stdout(&o), "one\n1\ntwo\n2\n");
+}
+
+#[test]
+fn a_relative_store_path_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = generate(dir.path(), "t.json", 200_000, 7);
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpuq"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&[
+        "--store",
+        "st",
+        "ingest",
+        "-q",
+        t.to_str().unwrap(),
+        "--run",
+        "r"
+    ])
+    .status
+    .success());
+    let o = run(&[
+        "--store",
+        "./st",
+        "query",
+        "--format",
+        "csv",
+        "SELECT count(*) > 0 AS ok FROM kernels",
+    ]);
+    assert_eq!(stdout(&o), "ok\ntrue\n", "{}", stderr(&o));
+}
+
+#[test]
+fn bad_sql_fails_with_one_readable_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for sql in [
+        "SELEC 1",
+        "SELECT * FROM no_such_table",
+        "SELECT no_col FROM kernels",
+    ] {
+        let o = gpuq(dir.path(), &["query", sql]);
+        assert_eq!(o.status.code(), Some(1), "{sql}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("gpuq: error: "), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn bad_input_is_rejected_and_leaves_the_store_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let good = generate(dir.path(), "good.json", 300_000, 2);
+    assert!(gpuq(
+        &store,
+        &["ingest", "-q", good.to_str().unwrap(), "--run", "good"]
+    )
+    .status
+    .success());
+    let text = std::fs::read_to_string(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "truncated.json",
+            text.as_bytes()[..text.len() / 2].to_vec(),
+            "truncated",
+        ),
+        (
+            "not_a_trace.json",
+            br#"{"hello": "world"}"#.to_vec(),
+            "traceEvents",
+        ),
+        (
+            "binary.json",
+            vec![0u8, 159, 146, 150, 1, 2, 3],
+            "unrecognised format",
+        ),
+        ("empty.json", Vec::new(), "empty"),
+        (
+            "nodur.json",
+            br#"{"traceEvents": [{"ph": "X", "name": "k", "ts": 1}]}"#.to_vec(),
+            "dur",
+        ),
+        (
+            "types.json",
+            br#"{"traceEvents": [{"ph": "X", "name": "k", "ts": [1], "dur": 1}]}"#.to_vec(),
+            "\"ts\"",
+        ),
+        ("list.json", b"[1, 2, 3]".to_vec(), "unrecognised format"),
+    ];
+    let before = snapshot(&store);
+    for (name, bytes, needle) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let o = gpuq(&store, &["ingest", path.to_str().unwrap(), "--run", "bad"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains(name),
+            "{name}: error does not name the file: {err}"
+        );
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert_eq!(snapshot(&store), before, "{name} changed the store");
+    }
+    let o = gpuq(&store, &["ingest", "/no/such/file.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/no/such/file.json"));
+    for bad in ["../x", "", "a b", "run/1"] {
+        let o = gpuq(&store, &["ingest", good.to_str().unwrap(), "--run", bad]);
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        assert!(stderr(&o).contains("invalid run name"), "{}", stderr(&o));
+    }
+    assert_eq!(snapshot(&store), before);
+}
+
+#[test]
+fn reingesting_a_stored_file_is_a_no_op_and_replace_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let t = generate(dir.path(), "t.json", 300_000, 3);
+    assert!(
+        gpuq(&store, &["ingest", "-q", t.to_str().unwrap(), "--run", "r"])
+            .status
+            .success()
+    );
+    let before = snapshot(&store);
+    let o = gpuq(&store, &["ingest", t.to_str().unwrap(), "--run", "other"]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).contains("already stored in run r"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(snapshot(&store).len(), before.len());
+    let count = |s: &Path| {
+        stdout(&gpuq(
+            s,
+            &[
+                "query",
+                "--format",
+                "csv",
+                "SELECT count(*) AS n FROM events",
+            ],
+        ))
+    };
+    let n = count(&store);
+    let o = gpuq(
+        &store,
+        &[
+            "ingest",
+            "-q",
+            t.to_str().unwrap(),
+            "--run",
+            "r",
+            "--replace",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(count(&store), n);
+    let o = gpuq(&store, &["runs", "tag", "r", "branch=main"]);
+    assert!(o.status.success());
+    let o = gpuq(
+        &store,
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT tags['branch'] AS b FROM runs",
+        ],
+    );
+    assert_eq!(stdout(&o), "b\nmain\n");
+    assert!(gpuq(&store, &["runs", "rm", "r"]).status.success());
+    assert_eq!(count(&store), "n\n0\n");
+    assert_eq!(gpuq(&store, &["runs", "rm", "r"]).status.code(), Some(1));
+}
+
+#[test]
+fn killing_an_ingest_midway_leaves_a_consistent_store_without_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let small = generate(dir.path(), "small.json", 200_000, 4);
+    assert!(gpuq(
+        &store,
+        &["ingest", "-q", small.to_str().unwrap(), "--run", "kept"]
+    )
+    .status
+    .success());
+    let big = generate(dir.path(), "big.json", 60_000_000, 5);
+    let expected = stdout(&gpuq(
+        &store,
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT run, count(*) FROM events GROUP BY run",
+        ],
+    ));
+    // Kill at several points: while parsing, while writing Parquet, around the commit.
+    let mut rng = 0x9E3779B97F4A7C15u64;
+    let mut completed_once = false;
+    for _ in 0..6 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let delay = Duration::from_millis(50 + rng % 1500);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+            .arg("--store")
+            .arg(&store)
+            .args(["ingest", "-q", big.to_str().unwrap(), "--run", "killed"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let runs = stdout(&gpuq(
+            &store,
+            &[
+                "query",
+                "--format",
+                "csv",
+                "SELECT run, count(*) FROM events GROUP BY run",
+            ],
+        ));
+        if status.success() {
+            // It finished before the kill: the run is complete, remove it and go on.
+            assert!(runs.contains("killed"));
+            assert!(gpuq(&store, &["runs", "rm", "killed"]).status.success());
+            completed_once = true;
+            continue;
+        }
+        assert_eq!(runs, expected, "after a kill at {delay:?}");
+    }
+    // The next writer cleans up whatever the killed ones left.
+    assert!(gpuq(&store, &["runs", "tag", "kept", "checked=yes"])
+        .status
+        .success());
+    let staging = std::fs::read_dir(store.join("_staging"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(staging, 0);
+    // Files of a completed-then-removed run stay for a grace period; otherwise nothing remains.
+    assert!(completed_once || !store.join("events/run=killed").exists());
+}
+
+/// Drives `gpuq sql` through a pseudo-terminal (util-linux `script`) as a user would.
+#[test]
+fn the_repl_works_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED: util-linux `script` is not installed; the terminal REPL test did not run"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let t = generate(dir.path(), "t.json", 300_000, 6);
+    assert!(
+        gpuq(&store, &["ingest", "-q", t.to_str().unwrap(), "--run", "r"])
+            .status
+            .success()
+    );
+    let cmd = format!(
+        "{} --store {} sql",
+        env!("CARGO_BIN_EXE_gpuq"),
+        store.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .env("TERM", "xterm")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let keys: &[&[u8]] = &[
+        b"SELECT count(*)\r", // multi-line: not complete yet
+        b"  AS n FROM kernels;\r",
+        b"\\timing on\r",
+        b"\\format csv\r",
+        b"SELECT 40 + 2 AS answer;\r",
+        b"SELEC broken;\r", // an error keeps the session
+        b"\\d kernels\r",
+        b"SELECT count(*) AS c FROM ker\t;\r", // completion of a table name
+        b"SELECT 'still here' AS s;\r",
+        b"\x03", // Ctrl-C at the prompt keeps the session
+        b"SELECT count(*) FROM generate_series(1, 100000000000);\r",
+        b"\x03", // Ctrl-C cancels the running statement
+        b"SELECT 7 AS after_ctrl_c;\r",
+        b"\\q\r",
+    ];
+    for k in keys {
+        use std::io::Write;
+        stdin.write_all(k).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = strip_ansi(&String::from_utf8_lossy(&out.stdout)).replace('\r', "");
+    let kernels = stdout(&gpuq(
+        &store,
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT count(*) AS n FROM kernels",
+        ],
+    ));
+    let n = kernels.lines().nth(1).unwrap();
+    assert!(
+        text.contains(&format!("| {n} ")),
+        "multi-line statement result missing: {text}"
+    );
+    assert!(text.contains("answer\n42"), "{text}");
+    assert!(text.contains("gpuq: error: "), "{text}");
+    assert!(text.contains("column_name"), "{text}");
+    assert!(
+        text.contains(&format!("c\n{n}")),
+        "completion did not produce a runnable query: {text}"
+    );
+    assert!(text.contains("still here"), "{text}");
+    assert!(text.contains("after_ctrl_c\n7"), "{text}");
+    assert!(text.contains("cancelled"), "{text}");
+    assert!(text.contains("row(s) in"), "timing missing: {text}");
+    // History persists across sessions.
+    let history = std::fs::read_to_string(store.join("_history")).unwrap();
+    assert!(history.contains("SELECT 40 + 2 AS answer;"), "{history}");
+}
+
+/// Removes terminal escape sequences.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                chars.next();
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_repl_runs_statements_from_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .arg("--store")
+        .arg(dir.path())
+        .args(["sql", "--format", "csv"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"SELECT 1 AS a;\n\\format json\nSELECT 2\n  AS b;\n")
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n1\n[{\"b\":2}]\n");
+}
+
+#[test]
+fn demo_runs_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuq(dir.path(), &["demo", "--steps", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("stored as run demo"), "{out}");
+    assert!(out.contains("Top kernels"), "{out}");
+    assert!(out.contains("aten::"), "{out}");
+}
