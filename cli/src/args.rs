@@ -30,7 +30,7 @@ pub enum Command {
         /// Tag the run: KEY=VALUE (repeatable)
         #[arg(long = "tag", value_name = "KEY=VALUE")]
         tags: Vec<String>,
-        /// Input format
+        /// Input format (detection is by content; kineto is the only format today)
         #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
         format: InputFormat,
         /// Replace the run if it exists (also re-ingests files already stored)
@@ -116,8 +116,15 @@ impl OutputFormat {
     }
 }
 
+/// `KEY=VALUE` arguments -> (KEY, VALUE) pairs.
+pub fn parse_tags(args: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    args.iter()
+        .map(|t| parse_tag(t).map_err(anyhow::Error::msg))
+        .collect()
+}
+
 /// `KEY=VALUE` -> (KEY, VALUE); keys are `[A-Za-z0-9._-]+`.
-pub fn parse_tag(s: &str) -> Result<(String, String), String> {
+fn parse_tag(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| format!("tag {s:?} is not KEY=VALUE"))?;

@@ -1,6 +1,6 @@
 //! The subcommands.
 
-use crate::args::{parse_tag, store_dir, Cli, Command, InputFormat, OutputFormat, RunsAction};
+use crate::args::{parse_tags, store_dir, Cli, Command, OutputFormat, RunsAction};
 use crate::exec::run_sql_text;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
@@ -17,17 +17,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             paths,
             run,
             tags,
-            format,
+            format: _,
             replace,
             quiet,
         } => {
-            let _ = format == InputFormat::Auto; // only Kineto today; detection is by content
             let run = run.map(RunId::new).transpose()?;
-            let tags = tags
-                .iter()
-                .map(|t| parse_tag(t))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(anyhow::Error::msg)?;
+            let tags = parse_tags(&tags)?;
             let store = open_store(&store_path)?;
             let opts = IngestOptions { run, tags, replace };
             ingest(&store, &paths, &opts, quiet)
@@ -48,21 +43,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let ctx = gpuq_query::open_session(&open_store(&store_path)?).await?;
             let failed = run_sql_text(&ctx, &text, format, false, &mut std::io::stdout()).await;
-            Ok(if failed > 0 {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_code(failed))
         }
         Command::Sql { format } => {
             let store = open_store(&store_path)?;
             let ctx = gpuq_query::open_session(&store).await?;
             let errors = crate::repl::run(ctx, format, store.root()).await?;
-            Ok(if errors > 0 {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_code(errors))
         }
         Command::Runs { action, format } => runs(&open_store(&store_path)?, action, format).await,
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
@@ -72,6 +59,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
             rank,
         } => generate(&output, bytes, seed, rank),
+    }
+}
+
+/// Exit status of a command that ran `failures` failing statements.
+fn exit_code(failures: usize) -> ExitCode {
+    if failures > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -189,13 +185,9 @@ async fn runs(
     match action {
         None => {
             let ctx = gpuq_query::open_session(store).await?;
-            let sql = "SELECT run, format, ranks, gpus, events, kernels, span, tags, imported_at FROM runs ORDER BY run";
+            let sql = crate::exec::RUNS_SQL;
             let failed = run_sql_text(&ctx, sql, format, false, &mut std::io::stdout()).await;
-            Ok(if failed > 0 {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_code(failed))
         }
         Some(RunsAction::Rm { run }) => {
             let run = RunId::new(run)?;
@@ -205,11 +197,7 @@ async fn runs(
         }
         Some(RunsAction::Tag { run, tags }) => {
             let run = RunId::new(run)?;
-            let tags = tags
-                .iter()
-                .map(|t| parse_tag(t))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(anyhow::Error::msg)?;
+            let tags = parse_tags(&tags)?;
             store.writer()?.set_tags(&run, &tags)?;
             println!("tagged run {run}");
             Ok(ExitCode::SUCCESS)
@@ -302,9 +290,5 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
     )
     .await;
     println!("Try: gpuq --store {} sql", store.root().display());
-    Ok(if failed > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(failed))
 }

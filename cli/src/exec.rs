@@ -9,6 +9,10 @@ use datafusion::sql::parser::{DFParser, Statement};
 use std::io::Write;
 use std::time::Instant;
 
+/// What `gpuq runs` and `\\runs` show.
+pub const RUNS_SQL: &str =
+    "SELECT run, format, ranks, gpus, events, kernels, span, tags, imported_at FROM runs ORDER BY run";
+
 /// One line of an error: DataFusion messages can carry newlines and backtraces.
 pub fn one_line(e: &dyn std::fmt::Display) -> String {
     let s = e.to_string();

@@ -73,10 +73,7 @@ impl Shell {
         match m {
             Meta::Quit => return Flow::Quit,
             Meta::Help => println!("{}", meta::HELP),
-            Meta::Runs => {
-                let sql = "SELECT run, format, ranks, gpus, events, kernels, span, tags, imported_at FROM runs ORDER BY run;";
-                self.run_sql(sql, interactive).await
-            }
+            Meta::Runs => self.run_sql(crate::exec::RUNS_SQL, interactive).await,
             Meta::Tables => {
                 let sql = "SELECT table_name, table_type FROM information_schema.tables \
                            WHERE table_schema = 'public' ORDER BY table_type, table_name;";
@@ -283,25 +280,17 @@ async fn completion_words(ctx: &SessionContext) -> Vec<String> {
     );
     let sql = "SELECT DISTINCT table_name AS w FROM information_schema.tables WHERE table_schema = 'public' \
                UNION SELECT DISTINCT column_name AS w FROM information_schema.columns WHERE table_schema = 'public'";
-    if let Ok((_, batches)) = crate::exec::run_statement(
-        ctx,
-        crate::exec::split_statements(sql)
-            .unwrap_or_default()
-            .remove(0),
-    )
-    .await
-    {
-        for b in batches {
-            let col = b.column(0);
-            let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(
-                col.as_ref(),
-                &Default::default(),
-            );
-            if let Ok(f) = formatter {
-                for i in 0..b.num_rows() {
-                    words.push(f.value(i).to_string());
-                }
-            }
+    let batches = match ctx.sql(sql).await {
+        Ok(df) => df.collect().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    for b in batches {
+        let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(
+            b.column(0).as_ref(),
+            &Default::default(),
+        );
+        if let Ok(f) = formatter {
+            words.extend((0..b.num_rows()).map(|i| f.value(i).to_string()));
         }
     }
     let state = ctx.state();

@@ -8,6 +8,9 @@ pub enum Error {
     /// A run name that is not `[A-Za-z0-9._-]{1,128}` (or is `.`/`..`).
     #[error("invalid run name {name:?}: {reason}")]
     InvalidRunId { name: String, reason: &'static str },
+    /// A run of this name exists and the commit asked for a new one.
+    #[error("a run named {0:?} already exists")]
+    RunExists(String),
     /// The named run is not in the store.
     #[error("no run named {0:?} in the store")]
     UnknownRun(String),

@@ -176,22 +176,19 @@ impl TableProvider for ManifestTable {
         }
         let file_schema = self.table.file_schema();
         let n_file_cols = file_schema.fields().len();
-        // SQL sees `run` first; the scan has it after the file columns.
-        let mapped: Vec<usize> = match projection {
-            Some(p) => p
-                .iter()
-                .map(|&i| if i == 0 { n_file_cols } else { i - 1 })
-                .collect(),
-            None => (0..self.schema.fields().len())
-                .map(|i| if i == 0 { n_file_cols } else { i - 1 })
-                .collect(),
-        };
         if files.is_empty() {
-            let projected = Arc::new(self.schema.project(
-                projection.map_or(&(0..self.schema.fields().len()).collect::<Vec<_>>(), |p| p),
-            )?);
+            let projected = match projection {
+                Some(p) => Arc::new(self.schema.project(p)?),
+                None => self.schema.clone(),
+            };
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
+        // SQL sees `run` first; the scan has it after the file columns.
+        let to_scan = |i: usize| if i == 0 { n_file_cols } else { i - 1 };
+        let mapped: Vec<usize> = match projection {
+            Some(p) => p.iter().map(|&i| to_scan(i)).collect(),
+            None => (0..self.schema.fields().len()).map(to_scan).collect(),
+        };
         let root = self.store.root();
         let partitioned = files
             .iter()
@@ -296,7 +293,6 @@ impl RunsTable {
             }
             tags.append(true)?;
         }
-        let json = |v: &dyn erased_json::Ser| Some(v.to_json());
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(
                 runs.iter().map(|(r, _)| r.as_str()),
@@ -380,16 +376,9 @@ fn gpu_summary(devices: &[crate::manifest::DeviceInfo]) -> Option<String> {
     )
 }
 
-mod erased_json {
-    /// Serialises any of the manifest's serde types to compact JSON text.
-    pub trait Ser {
-        fn to_json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn to_json(&self) -> String {
-            serde_json::to_string(self).unwrap_or_default()
-        }
-    }
+/// Compact JSON text of a manifest value.
+fn json<T: serde::Serialize>(v: &T) -> Option<String> {
+    serde_json::to_string(v).ok()
 }
 
 #[async_trait]

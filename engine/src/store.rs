@@ -205,10 +205,7 @@ impl StoreWriter {
         let mut next = self.base.clone();
         let existing = next.runs.remove(run);
         if existing.is_some() && mode == PutMode::Create {
-            return Err(Error::InvalidRunId {
-                name: run.to_string(),
-                reason: "a run of this name already exists",
-            });
+            return Err(Error::RunExists(run.to_string()));
         }
         let mut dropped = Vec::new();
         let mut entry = match (existing, mode) {

@@ -91,10 +91,7 @@ pub fn plan_runs(
 ) -> Result<Vec<(RunId, Vec<PathBuf>)>, IngestError> {
     let mut groups = Vec::new();
     for p in paths {
-        let files = source::expand(p).map_err(|e| IngestError::Io {
-            path: p.clone(),
-            source: e,
-        })?;
+        let files = source::expand(p).map_err(io_error(&p))?;
         if files.is_empty() {
             return Err(IngestError::EmptyDirectory(p.clone()));
         }
@@ -146,6 +143,13 @@ pub fn ingest(
     Ok(reports)
 }
 
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> IngestError + '_ {
+    move |source| IngestError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -187,17 +191,15 @@ fn ingest_run(
     let multi = sources.len() > 1;
     let mut staged: Vec<StagedFile> = Vec::new();
     for (position, src) in sources.iter().enumerate() {
-        // A same-sized stored source is worth hashing up front: re-ingesting is then free.
+        // Only a same-sized stored source can have the same content: hash up front then, so
+        // re-ingesting a stored file costs one read and no parse.
         let same_size = writer
             .manifest()
             .runs
             .values()
             .any(|e| e.meta.sources.iter().any(|s| s.bytes == src.size));
         if same_size && !opts.replace {
-            let hash = source::hash_file(&src.path).map_err(|e| IngestError::Io {
-                path: src.path.clone(),
-                source: e,
-            })?;
+            let hash = source::hash_file(&src.path).map_err(io_error(&src.path))?;
             if let Some(holder) = writer.manifest().run_with_source_hash(&hash) {
                 report.duplicates.push((src.path.clone(), holder.clone()));
                 continue;
@@ -206,13 +208,8 @@ fn ingest_run(
         progress.start_file(&src.path, src.size);
         let parsed = parse_source(src, progress)?;
         progress.finish_file();
+        // Equal content implies equal size, so the check above caught every stored duplicate.
         let hash = src.hash();
-        if !opts.replace {
-            if let Some(holder) = writer.manifest().run_with_source_hash(&hash) {
-                report.duplicates.push((src.path.clone(), holder.clone()));
-                continue;
-            }
-        }
         let fallback_rank = multi.then_some(position as i32);
         let file = finish_file(&writer, parsed, fallback_rank)?;
         staged.extend(file.staged);
@@ -248,10 +245,7 @@ fn ingest_run(
 }
 
 fn parse_source(src: &Source, progress: &dyn Progress) -> Result<ParsedTrace, IngestError> {
-    let reader = src.reader().map_err(|e| IngestError::Io {
-        path: src.path.clone(),
-        source: e,
-    })?;
+    let reader = src.reader().map_err(io_error(&src.path))?;
     let report = |_: u64| progress.bytes(src.bytes_read());
     match src.format {
         Format::Kineto => kineto::parse(reader, &report).map_err(|e| IngestError::Trace {

@@ -176,13 +176,9 @@ impl Resolver {
             step.append_option(self.step_at(point));
             let index = thread.and_then(|k| self.threads.get(&k));
             let wants_op = from_launch || kind.is_launch();
-            let op_name = if wants_op {
-                index
-                    .and_then(|x| x.ops.innermost(point))
-                    .map(|j| index.unwrap().ops.get(j).name)
-            } else {
-                None
-            };
+            let op_name = index
+                .filter(|_| wants_op)
+                .and_then(|x| Some(x.ops.get(x.ops.innermost(point)?).name));
             op.append_option(op_name.map(|id| &*self.names[id as usize]));
             let scope_name = index.and_then(|x| {
                 let nest = &x.annotations;
