@@ -17,18 +17,28 @@ use std::path::Path;
 /// Rows per row group: small enough that `ts`/`step` ranges prune inside a file.
 pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
-/// Sorts `batch` by the table's sort columns (nulls first).
-pub fn sort_batch(table: TableKind, batch: &RecordBatch) -> Result<RecordBatch> {
-    let columns = table
+/// Sorts the rows of `batches` together by the table's sort columns (nulls first) into one
+/// batch. Only the key columns are concatenated; every other column is gathered straight into
+/// sorted order and its inputs released column by column, so memory peaks near one copy.
+pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<RecordBatch> {
+    let schema = table.file_schema();
+    let key_column = |name: &str| -> Result<ArrayRef> {
+        let parts = batches
+            .iter()
+            .map(|b| {
+                b.column_by_name(name)
+                    .map(|c| c.as_ref())
+                    .ok_or_else(|| schema_error(table, format!("missing column {name}")))
+            })
+            .collect::<Result<Vec<&dyn Array>>>()?;
+        Ok(compute::concat(&parts)?)
+    };
+    let keys = table
         .sort_columns()
         .iter()
         .map(|name| {
-            let values = batch
-                .column_by_name(name)
-                .ok_or_else(|| schema_error(table, format!("missing column {name}")))?
-                .clone();
             Ok(SortColumn {
-                values,
+                values: key_column(name)?,
                 options: Some(SortOptions {
                     descending: false,
                     nulls_first: true,
@@ -36,13 +46,26 @@ pub fn sort_batch(table: TableKind, batch: &RecordBatch) -> Result<RecordBatch> 
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let indices = compute::lexsort_to_indices(&columns, None)?;
-    let sorted = batch
-        .columns()
-        .iter()
-        .map(|c| compute::take(c.as_ref(), &indices, None))
-        .collect::<Result<Vec<ArrayRef>, _>>()?;
-    Ok(RecordBatch::try_new(batch.schema(), sorted)?)
+    let order = compute::lexsort_to_indices(&keys, None)?;
+    drop(keys);
+    let mut source = Vec::with_capacity(order.len());
+    for (b, batch) in batches.iter().enumerate() {
+        source.extend((0..batch.num_rows()).map(|r| (b, r)));
+    }
+    let positions: Vec<(usize, usize)> =
+        order.values().iter().map(|&i| source[i as usize]).collect();
+    drop(source);
+    let mut columns: Vec<Vec<ArrayRef>> = (0..schema.fields().len())
+        .map(|c| batches.iter().map(|b| b.column(c).clone()).collect())
+        .collect();
+    drop(batches);
+    let mut sorted = Vec::with_capacity(columns.len());
+    for inputs in columns.iter_mut() {
+        let refs: Vec<&dyn Array> = inputs.iter().map(|a| a.as_ref()).collect();
+        sorted.push(compute::interleave(&refs, &positions)?);
+        inputs.clear();
+    }
+    Ok(RecordBatch::try_new(schema, sorted)?)
 }
 
 fn schema_error(table: TableKind, reason: String) -> Error {
@@ -197,14 +220,11 @@ mod tests {
 
     #[test]
     fn sorts_by_table_key_with_nulls_first_and_records_stats() {
-        let b = counters(&[
-            (Some(1), "a", 30),
-            (None, "a", 50),
-            (Some(1), "a", 10),
-            (Some(0), "b", 20),
-        ]);
-        check_schema(TableKind::Counters, &b).unwrap();
-        let s = sort_batch(TableKind::Counters, &b).unwrap();
+        // Two batches, sorted together.
+        let a = counters(&[(Some(1), "a", 30), (None, "a", 50)]);
+        let b = counters(&[(Some(1), "a", 10), (Some(0), "b", 20)]);
+        check_schema(TableKind::Counters, &a).unwrap();
+        let s = sort_batches(TableKind::Counters, vec![a, b]).unwrap();
         let ts = s
             .column_by_name("ts")
             .unwrap()

@@ -171,17 +171,15 @@ impl StoreWriter {
         &self.base
     }
 
-    /// Sorts `batch`, writes it as one Parquet file in the staging area and syncs it.
-    /// Safe to call from several threads at once.
-    pub fn write_part(&self, table: TableKind, batch: &RecordBatch) -> Result<StagedFile> {
-        part::check_schema(table, batch)?;
-        let sorted = part::sort_batch(table, batch)?;
+    /// Sorts the rows of `batches` together, writes them as one Parquet file in the staging
+    /// area and syncs it. Safe to call from several threads at once.
+    pub fn write_part(&self, table: TableKind, batches: Vec<RecordBatch>) -> Result<StagedFile> {
+        for b in &batches {
+            part::check_schema(table, b)?;
+        }
+        let sorted = part::sort_batches(table, batches)?;
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-        let staged_path = self
-            .store
-            .paths
-            .staging_dir()
-            .join(format!("part-{seq:010}.parquet"));
+        let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
         let size = part::write_parquet(table, &staged_path, &sorted)?;
         Ok(StagedFile {
             table,
@@ -191,6 +189,12 @@ impl StoreWriter {
             rows: sorted.num_rows() as u64,
             stats: part::column_stats(table, &sorted),
         })
+    }
+
+    /// A path in the staging area for temporary files of this writer (e.g. spilled batches).
+    /// Whatever is left there is removed by the next writer.
+    pub fn scratch_path(&self, name: &str) -> PathBuf {
+        self.store.paths.staging_dir().join(name)
     }
 
     /// Commits a run: moves its staged files into place and creates the next manifest version.

@@ -5,8 +5,8 @@ use crate::kineto::{self, ParsedTrace, TraceError};
 use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
 use crate::source::{self, DetectError, Format, Source};
+use crate::spool::{self, Spool};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile};
 use gpuq_engine::schema::TableKind;
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Rows per data file written.
-pub const PART_ROWS: usize = 1 << 20;
+pub const PART_ROWS: usize = 1 << 19;
 
 /// Why an ingest failed. The store is unchanged whenever one of these is returned.
 #[derive(Debug, thiserror::Error)]
@@ -206,12 +206,22 @@ fn ingest_run(
             }
         }
         progress.start_file(&src.path, src.size);
-        let parsed = parse_source(src, progress)?;
+        let mut spool = Spool::new(
+            writer.scratch_path(&format!("spool-{position}.arrows")),
+            spool::DEFAULT_BUDGET,
+        );
+        let parsed = parse_source(src, progress, &mut spool)?;
         progress.finish_file();
         // Equal content implies equal size, so the check above caught every stored duplicate.
         let hash = src.hash();
         let fallback_rank = multi.then_some(position as i32);
-        let file = finish_file(&writer, parsed, fallback_rank)?;
+        let file = finish_file(&writer, parsed, spool, fallback_rank).map_err(|e| match e {
+            IngestError::Io { source, .. } => IngestError::Io {
+                path: src.path.clone(),
+                source,
+            },
+            e => e,
+        })?;
         staged.extend(file.staged);
         report.redacted += file.redacted;
         report.input_bytes += src.size;
@@ -244,14 +254,22 @@ fn ingest_run(
     Ok(report)
 }
 
-fn parse_source(src: &Source, progress: &dyn Progress) -> Result<ParsedTrace, IngestError> {
+fn parse_source(
+    src: &Source,
+    progress: &dyn Progress,
+    spool: &mut Spool,
+) -> Result<ParsedTrace, IngestError> {
     let reader = src.reader().map_err(io_error(&src.path))?;
     let report = |_: u64| progress.bytes(src.bytes_read());
     match src.format {
-        Format::Kineto => kineto::parse(reader, &report).map_err(|e| IngestError::Trace {
-            path: src.path.clone(),
-            source: TraceErrorDisplay(e),
-        }),
+        Format::Kineto => {
+            kineto::parse_into(reader, &report, &mut |b| spool.push(b)).map_err(|e| {
+                IngestError::Trace {
+                    path: src.path.clone(),
+                    source: TraceErrorDisplay(e),
+                }
+            })
+        }
     }
 }
 
@@ -266,10 +284,10 @@ struct FinishedFile {
 fn finish_file(
     writer: &gpuq_engine::StoreWriter,
     parsed: ParsedTrace,
+    spool: Spool,
     fallback_rank: Option<i32>,
 ) -> Result<FinishedFile, IngestError> {
     let ParsedTrace {
-        batches,
         counters,
         host,
         time_base_ns,
@@ -307,23 +325,47 @@ fn finish_file(
     let redacted = redact::redact(&mut metadata);
 
     let resolver = Resolver::new(host);
-    // One part at a time per core: the parsed batches of a part are freed once it is written.
-    let event_groups: Vec<Vec<RecordBatch>> = group_rows(batches, PART_ROWS);
-    let written = event_groups
-        .into_par_iter()
-        .map(|group| -> Result<(StagedFile, Facts), IngestError> {
-            let resolved: Vec<RecordBatch> = group
-                .iter()
-                .map(|b| resolver.resolve(b, rank, time_base_ns))
-                .collect();
-            drop(group);
-            let facts = Facts::of(&resolved);
-            let part = concat_batches(&TableKind::Events.file_schema(), &resolved)
-                .map_err(gpuq_engine::Error::from)?;
-            drop(resolved);
-            Ok((writer.write_part(TableKind::Events, &part)?, facts))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // Parts are read from the spool a core's worth at a time; each part's batches are freed
+    // once it is written, so memory stays near the spool budget plus those parts.
+    let parallel = rayon::current_num_threads().max(1);
+    let mut batches = spool
+        .drain()
+        .map_err(io_error(Path::new("spool")))?
+        .peekable();
+    let mut written: Vec<(StagedFile, Facts)> = Vec::new();
+    while batches.peek().is_some() {
+        let mut groups: Vec<Vec<RecordBatch>> = Vec::with_capacity(parallel);
+        while groups.len() < parallel {
+            let mut group = Vec::new();
+            let mut rows = 0;
+            while let Some(next) = batches.next_if(|b| {
+                rows == 0
+                    || b.as_ref()
+                        .map_or(true, |b| rows + b.num_rows() <= PART_ROWS)
+            }) {
+                let b = next.map_err(io_error(Path::new("spool")))?;
+                rows += b.num_rows();
+                group.push(b);
+            }
+            if group.is_empty() {
+                break;
+            }
+            groups.push(group);
+        }
+        let done = groups
+            .into_par_iter()
+            .map(|group| -> Result<(StagedFile, Facts), IngestError> {
+                let resolved: Vec<RecordBatch> = group
+                    .iter()
+                    .map(|b| resolver.resolve(b, rank, time_base_ns))
+                    .collect();
+                drop(group);
+                let facts = Facts::of(&resolved);
+                Ok((writer.write_part(TableKind::Events, resolved)?, facts))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        written.extend(done);
+    }
     let mut facts = Facts::default();
     let mut staged = Vec::with_capacity(written.len() + 1);
     for (file, f) in written {
@@ -345,10 +387,8 @@ fn finish_file(
         .iter()
         .map(|b| resolve_counters(b, rank, time_base_ns))
         .collect();
-    for group in group_rows(counters, PART_ROWS) {
-        let part = concat_batches(&TableKind::Counters.file_schema(), &group)
-            .map_err(gpuq_engine::Error::from)?;
-        staged.push(writer.write_part(TableKind::Counters, &part)?);
+    if !counters.is_empty() {
+        staged.push(writer.write_part(TableKind::Counters, counters)?);
     }
     let devices = facts
         .devices
@@ -378,21 +418,6 @@ fn finish_file(
         rank,
         redacted,
     })
-}
-
-/// Consecutive groups of batches holding at most `rows` rows each (a larger batch stands alone).
-fn group_rows(batches: Vec<RecordBatch>, rows: usize) -> Vec<Vec<RecordBatch>> {
-    let mut groups: Vec<Vec<RecordBatch>> = Vec::new();
-    let mut n = 0;
-    for b in batches {
-        if groups.is_empty() || (n > 0 && n + b.num_rows() > rows) {
-            groups.push(Vec::new());
-            n = 0;
-        }
-        n += b.num_rows();
-        groups.last_mut().expect("a group").push(b);
-    }
-    groups
 }
 
 /// Span, devices and host/GPU time ranges of a file's events.

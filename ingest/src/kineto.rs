@@ -50,6 +50,7 @@ impl std::fmt::Display for TraceError {
 #[derive(Default)]
 pub struct ParsedTrace {
     /// Events with `ts` relative to [`Self::time_base_ns`]; `rank/step/op/scope` unset.
+    /// Empty when [`parse_into`] handed them to a sink.
     pub batches: Vec<RecordBatch>,
     pub counters: Vec<RecordBatch>,
     pub host: HostStructure,
@@ -70,6 +71,25 @@ pub fn parse(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ParsedTrace, TraceError> {
+    let mut batches = Vec::new();
+    let mut trace = parse_into(reader, progress, &mut |b| {
+        batches.push(b);
+        Ok(())
+    })?;
+    trace.batches = batches;
+    Ok(trace)
+}
+
+/// Where [`parse_into`] hands event batches as they are parsed (e.g. a spool that spills to
+/// disk), so that the parsed trace need not fit in memory.
+pub type EventSink<'a> = dyn FnMut(RecordBatch) -> std::io::Result<()> + 'a;
+
+/// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`].
+pub fn parse_into(
+    reader: impl Read + Send,
+    progress: &(dyn Fn(u64) + Sync),
+    sink: &mut EventSink<'_>,
+) -> Result<ParsedTrace, TraceError> {
     let (tx, rx) = mpsc::sync_channel::<Block>(2);
     let mut trace = ParsedTrace::default();
     let mut top_level = Vec::new();
@@ -84,7 +104,14 @@ pub fn parse(
             match parse_block(&block) {
                 Ok(outs) => {
                     for out in outs {
-                        trace.absorb(out);
+                        if let Err(e) = trace.absorb(out, sink) {
+                            outcome = Err(TraceError {
+                                offset: block.offset,
+                                event: None,
+                                message: format!("cannot keep the parsed events: {e}"),
+                            });
+                            break;
+                        }
                     }
                 }
                 Err(e) => outcome = Err(e),
@@ -167,9 +194,9 @@ impl std::fmt::Debug for ParsedTrace {
 }
 
 impl ParsedTrace {
-    fn absorb(&mut self, out: BlockOut) {
+    fn absorb(&mut self, out: BlockOut, sink: &mut EventSink<'_>) -> std::io::Result<()> {
         if !out.events.is_empty() {
-            self.batches.push(out.events.finish());
+            sink(out.events.finish())?;
         }
         if !out.counters.is_empty() {
             self.counters.push(out.counters.finish());
@@ -182,6 +209,7 @@ impl ParsedTrace {
         self.kernels += out.n_kernels;
         self.complete_events += out.n_complete;
         self.missing_dur += out.n_missing_dur;
+        Ok(())
     }
 }
 

@@ -12,6 +12,7 @@ pub mod kineto;
 pub mod redact;
 pub mod resolve;
 pub mod source;
+pub mod spool;
 pub mod synth;
 
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};

@@ -72,7 +72,7 @@ fn a_run_is_visible_only_after_commit() {
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
     let staged = w
-        .write_part(TableKind::Counters, &counters(100, 1000))
+        .write_part(TableKind::Counters, vec![counters(100, 1000)])
         .unwrap();
     assert_eq!(staged.rows, 100);
     assert_eq!(staged.stats["ts"], Some((1000, 1099)));
@@ -99,14 +99,17 @@ fn an_abandoned_writer_leaves_the_store_as_it_was() {
     let store = Store::open(dir.path()).unwrap();
     {
         let mut w = store.writer().unwrap();
-        let s = w.write_part(TableKind::Counters, &counters(10, 0)).unwrap();
+        let s = w
+            .write_part(TableKind::Counters, vec![counters(10, 0)])
+            .unwrap();
         w.put_run(&run("kept"), meta("a"), vec![s], PutMode::Create)
             .unwrap();
     }
     let before = data_files(dir.path());
     {
         let w = store.writer().unwrap();
-        w.write_part(TableKind::Counters, &counters(10, 0)).unwrap();
+        w.write_part(TableKind::Counters, vec![counters(10, 0)])
+            .unwrap();
         // dropped without commit, like a killed process
     }
     // A data file moved into place but never committed (writer died between rename and commit).
@@ -131,10 +134,14 @@ fn replace_remove_and_tag() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
-    let s = w.write_part(TableKind::Counters, &counters(10, 0)).unwrap();
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(10, 0)])
+        .unwrap();
     w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
         .unwrap();
-    let s = w.write_part(TableKind::Counters, &counters(5, 0)).unwrap();
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(5, 0)])
+        .unwrap();
     assert!(w
         .put_run(&run("r"), meta("b"), vec![s.clone()], PutMode::Create)
         .is_err());
@@ -149,7 +156,9 @@ fn replace_remove_and_tag() {
     assert_eq!(m.tombstones.len(), 1);
     assert!(dir.path().join(&m.tombstones[0].path).exists());
 
-    let s = w.write_part(TableKind::Counters, &counters(7, 50)).unwrap();
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(7, 50)])
+        .unwrap();
     w.put_run(&run("r"), meta("c"), vec![s], PutMode::Append)
         .unwrap();
     let m = store.manifest().unwrap();
@@ -193,7 +202,9 @@ fn a_second_commit_of_the_same_version_is_a_conflict() {
         .unwrap(),
     )
     .unwrap();
-    let s = w.write_part(TableKind::Counters, &counters(1, 0)).unwrap();
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(1, 0)])
+        .unwrap();
     assert!(matches!(
         w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create),
         Err(Error::Conflict(1))
@@ -205,7 +216,9 @@ fn a_damaged_newest_manifest_falls_back_to_the_previous_version() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
-    let s = w.write_part(TableKind::Counters, &counters(1, 0)).unwrap();
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(1, 0)])
+        .unwrap();
     w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
         .unwrap();
     drop(w);
@@ -225,7 +238,9 @@ fn old_manifest_versions_are_pruned() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.writer().unwrap();
-    let s = w.write_part(TableKind::Counters, &counters(1, 0)).unwrap();
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(1, 0)])
+        .unwrap();
     w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
         .unwrap();
     for i in 0..30 {
