@@ -324,6 +324,9 @@ fn finish_file(
     let mut metadata = serde_json::Value::Object(top_level);
     let redacted = redact::redact(&mut metadata);
 
+    let host_span = host
+        .host_span
+        .map(|(lo, hi)| (lo + time_base_ns, hi + time_base_ns));
     let resolver = Resolver::new(host);
     // Parts are read from the spool a core's worth at a time; each part's batches are freed
     // once it is written, so memory stays near the spool budget plus those parts.
@@ -360,7 +363,7 @@ fn finish_file(
                     .map(|b| resolver.resolve(b, rank, time_base_ns))
                     .collect();
                 drop(group);
-                let facts = Facts::of(&resolved);
+                let facts = Facts::of(&resolved, host_span);
                 Ok((writer.write_part(TableKind::Events, resolved)?, facts))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -372,16 +375,10 @@ fn finish_file(
         staged.push(file);
         facts.merge(f);
     }
-    if let (Some(lo), Some(hi)) = (facts.host_min, facts.host_max) {
-        const MARGIN: i64 = 10_000_000_000;
-        let outside = facts
-            .gpu_ts
-            .iter()
-            .filter(|&&t| t < lo - MARGIN || t > hi + MARGIN)
-            .count() as u64;
-        if outside > 0 {
-            *warnings.entry("GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)".into()).or_default() += outside;
-        }
+    if facts.gpu_outside_host > 0 {
+        *warnings
+            .entry("GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)".into())
+            .or_default() += facts.gpu_outside_host;
     }
     let counters: Vec<RecordBatch> = counters
         .iter()
@@ -425,10 +422,9 @@ fn finish_file(
 struct Facts {
     first_ts: Option<i64>,
     last_ts: Option<i64>,
-    host_min: Option<i64>,
-    host_max: Option<i64>,
     devices: BTreeSet<i32>,
-    gpu_ts: Vec<i64>,
+    /// GPU events starting more than [`Facts::MARGIN_NS`] outside the host events' span.
+    gpu_outside_host: u64,
 }
 
 impl Facts {
@@ -438,14 +434,15 @@ impl Facts {
             (a, b) => a.or(b),
         };
         self.first_ts = min(self.first_ts, o.first_ts);
-        self.host_min = min(self.host_min, o.host_min);
         self.last_ts = self.last_ts.max(o.last_ts);
-        self.host_max = self.host_max.max(o.host_max);
         self.devices.extend(o.devices);
-        self.gpu_ts.extend(o.gpu_ts);
+        self.gpu_outside_host += o.gpu_outside_host;
     }
 
-    fn of(batches: &[RecordBatch]) -> Facts {
+    const MARGIN_NS: i64 = 10_000_000_000;
+
+    /// Facts of resolved batches; `host_span` is the host events' span in the same time base.
+    fn of(batches: &[RecordBatch], host_span: Option<(i64, i64)>) -> Facts {
         let mut f = Facts::default();
         for b in batches {
             let kinds = b
@@ -478,10 +475,11 @@ impl Facts {
                     if !device.is_null(i) {
                         f.devices.insert(device.value(i));
                     }
-                    f.gpu_ts.push(t);
-                } else {
-                    f.host_min = Some(f.host_min.map_or(t, |v| v.min(t)));
-                    f.host_max = Some(f.host_max.map_or(end, |v| v.max(end)));
+                    if let Some((lo, hi)) = host_span {
+                        if t < lo - Self::MARGIN_NS || t > hi + Self::MARGIN_NS {
+                            f.gpu_outside_host += 1;
+                        }
+                    }
                 }
             }
         }

@@ -308,6 +308,8 @@ pub struct HostStructure {
     pub launches: Vec<Launch>,
     /// `(start, end, step number)` of `ProfilerStep#N` ranges.
     pub steps: Vec<(i64, i64, i64)>,
+    /// Earliest start and latest end of any host (non-GPU) event.
+    pub host_span: Option<(i64, i64)>,
 }
 
 impl HostStructure {
@@ -326,6 +328,16 @@ impl HostStructure {
             }));
         self.launches.extend(other.launches);
         self.steps.extend(other.steps);
+        if let Some((lo, hi)) = other.host_span {
+            self.extend_host_span(lo, hi);
+        }
+    }
+
+    pub fn extend_host_span(&mut self, start: i64, end: i64) {
+        self.host_span = Some(match self.host_span {
+            Some((lo, hi)) => (lo.min(start), hi.max(end)),
+            None => (start, end),
+        });
     }
 }
 

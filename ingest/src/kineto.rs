@@ -818,6 +818,9 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
             }
         }
     }
+    if !kind.is_gpu() {
+        out.host.extend_host_span(ts, ts + dur.max(0));
+    }
     let (Some(p), Some(t)) = (e.pid, e.tid) else {
         return Ok(());
     };

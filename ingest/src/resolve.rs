@@ -4,127 +4,148 @@
 //! `cpu_op` and user annotation enclosing the launch on the launching thread, and the
 //! `ProfilerStep#N` range containing the launch. Host events use their own time and thread.
 
-use crate::events::{HostStructure, Kind};
+use crate::events::{HostInterval, HostStructure, Kind, Launch};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int32Array, Int64Array, Int64Builder, RecordBatch, StringBuilder,
 };
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 const NONE: u32 = u32::MAX;
 
-#[derive(Debug, Clone, Copy)]
-struct Interval {
-    start: i64,
-    end: i64,
-    name: u32,
-    parent: u32,
+/// Intervals of one kind on one thread: a slice of [`Resolver::intervals`] sorted by start
+/// (longest first on ties), each with the index of its enclosing interval.
+#[derive(Clone, Copy)]
+struct Nest<'a> {
+    intervals: &'a [HostInterval],
+    parents: &'a [u32],
 }
 
-/// Intervals of one kind on one thread, sorted by start, each with its enclosing interval.
-#[derive(Debug, Default)]
-struct Nest {
-    intervals: Vec<Interval>,
-}
-
-impl Nest {
-    fn build(mut intervals: Vec<Interval>) -> Nest {
-        intervals.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
-        let mut stack: Vec<u32> = Vec::new();
-        for i in 0..intervals.len() {
-            while let Some(&top) = stack.last() {
-                if intervals[top as usize].end <= intervals[i].start {
-                    stack.pop();
-                } else {
-                    break;
-                }
-            }
-            intervals[i].parent = stack.last().copied().unwrap_or(NONE);
-            stack.push(i as u32);
-        }
-        Nest { intervals }
-    }
-
-    /// The innermost interval containing `t` (`start <= t < end`).
-    fn innermost(&self, t: i64) -> Option<u32> {
+impl<'a> Nest<'a> {
+    /// Index of the innermost interval containing `t` (`start <= t < end`).
+    fn innermost(&self, t: i64) -> Option<usize> {
         let idx = self.intervals.partition_point(|iv| iv.start <= t);
-        let mut i = idx.checked_sub(1)? as u32;
+        let mut i = idx.checked_sub(1)?;
         loop {
-            let iv = &self.intervals[i as usize];
-            if t < iv.end {
+            if t < self.intervals[i].end {
                 return Some(i);
             }
-            if iv.parent == NONE {
-                return None;
-            }
-            i = iv.parent;
+            i = self.parent(i)?;
         }
     }
 
-    fn get(&self, i: u32) -> &Interval {
-        &self.intervals[i as usize]
+    fn parent(&self, i: usize) -> Option<usize> {
+        match self.parents[i] {
+            NONE => None,
+            p => Some(p as usize),
+        }
     }
 }
 
-#[derive(Debug, Default)]
-struct ThreadIndex {
-    ops: Nest,
-    annotations: Nest,
+/// Parent of each interval of a sorted run (indices relative to the run).
+fn nest_parents(run: &[HostInterval], parents: &mut Vec<u32>) {
+    let mut stack: Vec<u32> = Vec::new();
+    for (i, iv) in run.iter().enumerate() {
+        while let Some(&top) = stack.last() {
+            if run[top as usize].end <= iv.start {
+                stack.pop();
+            } else {
+                break;
+            }
+        }
+        parents.push(stack.last().copied().unwrap_or(NONE));
+        stack.push(i as u32);
+    }
 }
 
-/// Lookup structure built once per trace file.
+/// Lookup structure built once per trace file. It reuses the parsed host structure in place
+/// (sorted, plus 4 bytes of parent index per interval), so it costs no second copy.
 pub struct Resolver {
     names: Vec<Arc<str>>,
-    threads: HashMap<(i64, i64), ThreadIndex>,
-    launches: HashMap<i64, (i64, i64, i64)>,
+    intervals: Vec<HostInterval>,
+    parents: Vec<u32>,
+    /// Per thread: the ranges of its operators and of its annotations in `intervals`.
+    threads: HashMap<(i64, i64), (Range<usize>, Range<usize>)>,
+    /// Sorted by correlation id, first launch of each id only.
+    launches: Vec<Launch>,
     steps: Vec<(i64, i64, i64)>,
 }
 
 impl Resolver {
     pub fn new(host: HostStructure) -> Resolver {
-        let mut per_thread: HashMap<(i64, i64), (Vec<Interval>, Vec<Interval>)> = HashMap::new();
-        for iv in host.intervals {
-            let e = per_thread.entry((iv.pid, iv.tid)).or_default();
-            let item = Interval {
-                start: iv.start,
-                end: iv.end,
-                name: iv.name,
-                parent: NONE,
-            };
-            if iv.annotation {
-                e.1.push(item);
+        let HostStructure {
+            names,
+            mut intervals,
+            mut launches,
+            mut steps,
+            ..
+        } = host;
+        intervals.sort_unstable_by(|a, b| {
+            (
+                a.pid,
+                a.tid,
+                a.annotation,
+                a.start,
+                std::cmp::Reverse(a.end),
+            )
+                .cmp(&(
+                    b.pid,
+                    b.tid,
+                    b.annotation,
+                    b.start,
+                    std::cmp::Reverse(b.end),
+                ))
+        });
+        let mut parents = Vec::with_capacity(intervals.len());
+        let mut threads: HashMap<(i64, i64), (Range<usize>, Range<usize>)> = HashMap::new();
+        let mut start = 0;
+        while start < intervals.len() {
+            let first = intervals[start];
+            let len = intervals[start..]
+                .iter()
+                .take_while(|iv| {
+                    (iv.pid, iv.tid, iv.annotation) == (first.pid, first.tid, first.annotation)
+                })
+                .count();
+            nest_parents(&intervals[start..start + len], &mut parents);
+            let entry = threads.entry((first.pid, first.tid)).or_default();
+            if first.annotation {
+                entry.1 = start..start + len;
             } else {
-                e.0.push(item);
+                entry.0 = start..start + len;
             }
+            start += len;
         }
-        let threads = per_thread
-            .into_iter()
-            .map(|(k, (ops, annos))| {
-                (
-                    k,
-                    ThreadIndex {
-                        ops: Nest::build(ops),
-                        annotations: Nest::build(annos),
-                    },
-                )
-            })
-            .collect();
-        let mut launches = HashMap::with_capacity(host.launches.len());
-        for l in host.launches {
-            // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
-            launches
-                .entry(l.correlation)
-                .or_insert((l.pid, l.tid, l.ts));
-        }
-        let mut steps = host.steps;
+        // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
+        launches.sort_by_key(|l| l.correlation);
+        launches.dedup_by_key(|l| l.correlation);
+        launches.shrink_to_fit();
         steps.sort_unstable();
         Resolver {
-            names: host.names.names().to_vec(),
+            names: names.names().to_vec(),
+            intervals,
+            parents,
             threads,
             launches,
             steps,
         }
+    }
+
+    fn nest(&self, range: &Range<usize>) -> Nest<'_> {
+        Nest {
+            intervals: &self.intervals[range.clone()],
+            parents: &self.parents[range.clone()],
+        }
+    }
+
+    fn launch(&self, correlation: i64) -> Option<&Launch> {
+        let i = self
+            .launches
+            .binary_search_by_key(&correlation, |l| l.correlation)
+            .ok()?;
+        Some(&self.launches[i])
     }
 
     fn step_at(&self, t: i64) -> Option<i64> {
@@ -164,10 +185,10 @@ impl Resolver {
             };
             let (point, thread, from_launch) = if kind.is_gpu() {
                 match (!corr.is_null(i))
-                    .then(|| self.launches.get(&corr.value(i)))
+                    .then(|| self.launch(corr.value(i)))
                     .flatten()
                 {
-                    Some(&(p, th, lt)) => (lt, Some((p, th)), true),
+                    Some(l) => (l.ts, Some((l.pid, l.tid)), true),
                     None => (t, None, false),
                 }
             } else {
@@ -176,30 +197,28 @@ impl Resolver {
             step.append_option(self.step_at(point));
             let index = thread.and_then(|k| self.threads.get(&k));
             let wants_op = from_launch || kind.is_launch();
-            let op_name = index
-                .filter(|_| wants_op)
-                .and_then(|x| Some(x.ops.get(x.ops.innermost(point)?).name));
+            let op_name = index.filter(|_| wants_op).and_then(|(ops, _)| {
+                let nest = self.nest(ops);
+                Some(nest.intervals[nest.innermost(point)?].name)
+            });
             op.append_option(op_name.map(|id| &*self.names[id as usize]));
-            let scope_name = index.and_then(|x| {
-                let nest = &x.annotations;
+            let scope_name = index.and_then(|(_, annotations)| {
+                let nest = self.nest(annotations);
                 let mut j = nest.innermost(point)?;
                 if !kind.is_gpu() {
                     // An annotation's scope is the one around it, not itself.
                     let me = name_values.value(names.keys().value(i) as usize);
                     let end = t + dur.value(i);
                     loop {
-                        let iv = nest.get(j);
+                        let iv = &nest.intervals[j];
                         if iv.start == t && iv.end == end && &*self.names[iv.name as usize] == me {
-                            if iv.parent == NONE {
-                                return None;
-                            }
-                            j = iv.parent;
+                            j = nest.parent(j)?;
                         } else {
                             break;
                         }
                     }
                 }
-                Some(nest.get(j).name)
+                Some(nest.intervals[j].name)
             });
             scope.append_option(scope_name.map(|id| &*self.names[id as usize]));
         }
@@ -239,25 +258,29 @@ pub fn resolve_counters(batch: &RecordBatch, rank: Option<i32>, time_base: i64) 
 mod tests {
     use super::*;
 
-    fn iv(start: i64, end: i64, name: u32) -> Interval {
-        Interval {
+    fn iv(start: i64, end: i64, name: u32) -> HostInterval {
+        HostInterval {
+            pid: 1,
+            tid: 1,
             start,
             end,
             name,
-            parent: NONE,
+            annotation: false,
         }
     }
 
     #[test]
     fn finds_innermost_enclosing_interval() {
         // A [0,100) > B [10,50) > C [20,30);  D [60,70) inside A
-        let nest = Nest::build(vec![
-            iv(20, 30, 2),
-            iv(0, 100, 0),
-            iv(60, 70, 3),
-            iv(10, 50, 1),
-        ]);
-        let name = |t| nest.innermost(t).map(|j| nest.get(j).name);
+        let mut run = vec![iv(0, 100, 0), iv(10, 50, 1), iv(20, 30, 2), iv(60, 70, 3)];
+        run.sort_unstable_by_key(|iv| (iv.start, std::cmp::Reverse(iv.end)));
+        let mut parents = Vec::new();
+        nest_parents(&run, &mut parents);
+        let nest = Nest {
+            intervals: &run,
+            parents: &parents,
+        };
+        let name = |t| nest.innermost(t).map(|j| nest.intervals[j].name);
         assert_eq!(name(25), Some(2));
         assert_eq!(name(35), Some(1));
         assert_eq!(name(55), Some(0));
@@ -265,5 +288,7 @@ mod tests {
         assert_eq!(name(100), None);
         assert_eq!(name(-1), None);
         assert_eq!(name(0), Some(0));
+        assert_eq!(nest.parent(2), Some(1));
+        assert_eq!(nest.parent(0), None);
     }
 }
