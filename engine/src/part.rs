@@ -46,7 +46,7 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let order = compute::lexsort_to_indices(&keys, None)?;
+    let order = sort_order(&keys)?;
     drop(keys);
     let mut source = Vec::with_capacity(order.len());
     for (b, batch) in batches.iter().enumerate() {
@@ -66,6 +66,45 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
         inputs.clear();
     }
     Ok(RecordBatch::try_new(schema, sorted)?)
+}
+
+/// Row order by `keys` (ascending, nulls first). Integer keys, the common case, are sorted as
+/// plain tuples, much faster than the generic comparator of `lexsort_to_indices`.
+fn sort_order(keys: &[SortColumn]) -> Result<datafusion::arrow::array::UInt32Array> {
+    let ints: Option<Vec<Vec<Option<i64>>>> = keys
+        .iter()
+        .map(|k| match k.values.data_type() {
+            DataType::Int64 => Some(
+                k.values
+                    .as_any()
+                    .downcast_ref::<Int64Array>()?
+                    .iter()
+                    .collect(),
+            ),
+            DataType::Int32 => Some(
+                k.values
+                    .as_any()
+                    .downcast_ref::<Int32Array>()?
+                    .iter()
+                    .map(|v| v.map(i64::from))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    let Some(ints) = ints.filter(|c| c.len() == 4) else {
+        return Ok(compute::lexsort_to_indices(keys, None)?);
+    };
+    let n = ints[0].len();
+    let mut rows: Vec<([Option<i64>; 4], u32)> = (0..n)
+        .map(|i| ([ints[0][i], ints[1][i], ints[2][i], ints[3][i]], i as u32))
+        .collect();
+    drop(ints);
+    // `None < Some`: nulls first, as the Parquet sorting_columns declare.
+    rows.sort_unstable();
+    Ok(datafusion::arrow::array::UInt32Array::from_iter_values(
+        rows.into_iter().map(|r| r.1),
+    ))
 }
 
 fn schema_error(table: TableKind, reason: String) -> Error {
@@ -235,6 +274,61 @@ mod tests {
         let stats = column_stats(TableKind::Counters, &s);
         assert_eq!(stats["ts"], Some((10, 50)));
         assert_eq!(stats["rank"], Some((0, 1)));
+    }
+
+    #[test]
+    fn integer_key_sort_matches_the_generic_lexsort() {
+        let mut x: u64 = 7;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let n = 5000;
+        let opt32 = |v: u64| if v == 0 { None } else { Some(v as i32 - 2) };
+        let a: Int32Array = (0..n).map(|_| opt32(next(4))).collect();
+        let b: Int32Array = (0..n).map(|_| opt32(next(3))).collect();
+        let c: Int64Array = (0..n)
+            .map(|_| {
+                if next(5) == 0 {
+                    None
+                } else {
+                    Some(next(4) as i64)
+                }
+            })
+            .collect();
+        let d: Int64Array = (0..n).map(|_| Some(next(50) as i64 - 25)).collect();
+        let opts = Some(SortOptions {
+            descending: false,
+            nulls_first: true,
+        });
+        let keys: Vec<SortColumn> = [
+            Arc::new(a) as ArrayRef,
+            Arc::new(b),
+            Arc::new(c),
+            Arc::new(d),
+        ]
+        .into_iter()
+        .map(|values| SortColumn {
+            values,
+            options: opts,
+        })
+        .collect();
+        let fast = sort_order(&keys).unwrap();
+        let generic = compute::lexsort_to_indices(&keys, None).unwrap();
+        // Same key sequence (ties may be ordered differently by the generic sort).
+        let key_at = |i: u32| -> Vec<String> {
+            keys.iter()
+                .map(|k| {
+                    datafusion::arrow::util::display::array_value_to_string(&k.values, i as usize)
+                        .unwrap()
+                })
+                .collect()
+        };
+        let a: Vec<Vec<String>> = fast.values().iter().map(|&i| key_at(i)).collect();
+        let b: Vec<Vec<String>> = generic.values().iter().map(|&i| key_at(i)).collect();
+        assert_eq!(a, b);
     }
 
     #[test]

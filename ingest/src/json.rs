@@ -316,35 +316,42 @@ fn printable(b: u8) -> char {
 /// Offset one past the end of the object or array starting at `start`, or `None` if the buffer
 /// ends first. Strings are skipped with their escapes.
 pub fn find_value_end(buf: &[u8], start: usize) -> Option<usize> {
+    // Only the opening kind's brackets need counting: the other kind balances inside, and
+    // strings (which may hold any bracket) are skipped whole. memchr jumps over the rest.
+    let (open, close) = match buf.get(start)? {
+        b'{' => (b'{', b'}'),
+        b'[' => (b'[', b']'),
+        _ => return None,
+    };
     let mut depth = 0usize;
     let mut i = start;
-    while i < buf.len() {
+    loop {
+        i += memchr::memchr3(b'"', open, close, &buf[i..])?;
         match buf[i] {
             b'"' => {
-                // skip the string
                 i += 1;
                 loop {
-                    let rel = memchr::memchr2(b'"', b'\\', &buf[i..])?;
-                    i += rel;
+                    i += memchr::memchr2(b'"', b'\\', &buf[i..])?;
                     if buf[i] == b'\\' {
                         i += 2;
+                        if i > buf.len() {
+                            return None;
+                        }
                     } else {
                         break;
                     }
                 }
             }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
+            b if b == open => depth += 1,
+            _ => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(i + 1);
                 }
             }
-            _ => {}
         }
         i += 1;
     }
-    None
 }
 
 /// Converts decimal microseconds (`"1695835572943613.123"`, `"12"`, `"1.5e3"`) to integer
@@ -500,6 +507,13 @@ mod tests {
         assert!(c.object(|_, c| c.value().map(|_| ())).is_err());
         assert_eq!(find_value_end(br#"{"a": "}"#, 0), None);
         assert_eq!(find_value_end(br#"{"a": "\"}"} "#, 0), Some(12));
+        assert_eq!(
+            find_value_end(br#"{"a": [1, {"b": "]}"}], "c": {}} tail"#, 0),
+            Some(32)
+        );
+        assert_eq!(find_value_end(br#"[{"a": "["}, [2]] x"#, 0), Some(17));
+        assert_eq!(find_value_end(br#"{"a": "\"#, 0), None);
+        assert_eq!(find_value_end(b"7", 0), None);
     }
 
     #[test]

@@ -250,26 +250,19 @@ impl<R: Read> Stream<R> {
             self.base += keep_from as u64;
             self.pos -= keep_from;
         }
-        let old = self.buf.len();
-        self.buf.resize(old + READ_BYTES, 0);
-        let mut filled = old;
-        while filled < self.buf.len() {
-            match self.r.read(&mut self.buf[filled..]) {
-                Ok(0) => {
-                    self.eof = true;
-                    break;
-                }
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.buf.truncate(filled);
-                    return Err(self.err(format!("read error: {e}")));
-                }
-            }
+        // `read_to_end` fills spare capacity without zeroing it first.
+        let n = match (&mut self.r)
+            .take(READ_BYTES as u64)
+            .read_to_end(&mut self.buf)
+        {
+            Ok(n) => n,
+            Err(e) => return Err(self.err(format!("read error: {e}"))),
+        };
+        if n < READ_BYTES {
+            self.eof = true;
         }
-        self.buf.truncate(filled);
-        self.read_total += (filled - old) as u64;
-        Ok(filled > old)
+        self.read_total += n as u64;
+        Ok(n > 0)
     }
 
     /// Skips whitespace, reading more as needed; returns the next byte without consuming it.
