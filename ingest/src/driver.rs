@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Rows per data file written.
-pub const PART_ROWS: usize = 1 << 19;
+pub const PART_ROWS: usize = 1 << 18;
 
 /// Why an ingest failed. The store is unchanged whenever one of these is returned.
 #[derive(Debug, thiserror::Error)]

@@ -280,30 +280,93 @@ impl Interner {
     }
 }
 
-/// A host interval (an operator or an annotation) on one thread.
+/// A host interval (an operator or an annotation) on one thread. 24 bytes: a large trace holds
+/// millions of these until it is attributed.
 #[derive(Debug, Clone, Copy)]
 pub struct HostInterval {
-    pub pid: i64,
-    pub tid: i64,
     pub start: i64,
     pub end: i64,
+    /// Id in [`HostStructure::names`].
     pub name: u32,
-    pub annotation: bool,
+    /// Id in [`HostStructure::threads`] shifted left by one; the low bit marks an annotation.
+    thread_and_kind: u32,
+}
+
+impl HostInterval {
+    pub fn new(thread: u32, start: i64, end: i64, name: u32, annotation: bool) -> HostInterval {
+        HostInterval {
+            start,
+            end,
+            name,
+            thread_and_kind: thread << 1 | annotation as u32,
+        }
+    }
+
+    pub fn thread(&self) -> u32 {
+        self.thread_and_kind >> 1
+    }
+
+    pub fn annotation(&self) -> bool {
+        self.thread_and_kind & 1 == 1
+    }
+
+    /// Sort key: thread, operators before annotations, start, longest first.
+    pub fn order_key(&self) -> (u32, i64, std::cmp::Reverse<i64>) {
+        (
+            self.thread_and_kind,
+            self.start,
+            std::cmp::Reverse(self.end),
+        )
+    }
 }
 
 /// A launch call: where the GPU work with this correlation id was issued from.
 #[derive(Debug, Clone, Copy)]
 pub struct Launch {
     pub correlation: i64,
-    pub pid: i64,
-    pub tid: i64,
     pub ts: i64,
+    /// Id in [`HostStructure::threads`].
+    pub thread: u32,
 }
 
-/// Host-side structure gathered while parsing; names are ids of the [`Interner`].
+/// Dense ids of host threads (pid, tid).
+#[derive(Debug, Default)]
+pub struct Threads {
+    ids: HashMap<(i64, i64), u32>,
+    keys: Vec<(i64, i64)>,
+}
+
+impl Threads {
+    pub fn intern(&mut self, pid: i64, tid: i64) -> u32 {
+        let next = self.keys.len() as u32;
+        *self.ids.entry((pid, tid)).or_insert_with(|| {
+            self.keys.push((pid, tid));
+            next
+        })
+    }
+
+    pub fn get(&self, pid: i64, tid: i64) -> Option<u32> {
+        self.ids.get(&(pid, tid)).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn keys(&self) -> &[(i64, i64)] {
+        &self.keys
+    }
+}
+
+/// Host-side structure gathered while parsing; ids refer to its interners.
 #[derive(Debug, Default)]
 pub struct HostStructure {
     pub names: Interner,
+    pub threads: Threads,
     pub intervals: Vec<HostInterval>,
     pub launches: Vec<Launch>,
     /// `(start, end, step number)` of `ProfilerStep#N` ranges.
@@ -313,20 +376,34 @@ pub struct HostStructure {
 }
 
 impl HostStructure {
-    /// Appends `other`, whose name ids refer to `other_names`.
+    /// Appends `other`, translating its name and thread ids into this structure's.
     pub fn absorb(&mut self, other: HostStructure) {
-        let map: Vec<u32> = other
+        let names: Vec<u32> = other
             .names
             .names()
             .iter()
             .map(|n| self.names.intern(n))
             .collect();
-        self.intervals
-            .extend(other.intervals.into_iter().map(|mut iv| {
-                iv.name = map[iv.name as usize];
-                iv
+        let threads: Vec<u32> = other
+            .threads
+            .keys()
+            .iter()
+            .map(|&(p, t)| self.threads.intern(p, t))
+            .collect();
+        self.intervals.extend(other.intervals.into_iter().map(|iv| {
+            HostInterval::new(
+                threads[iv.thread() as usize],
+                iv.start,
+                iv.end,
+                names[iv.name as usize],
+                iv.annotation(),
+            )
+        }));
+        self.launches
+            .extend(other.launches.into_iter().map(|mut l| {
+                l.thread = threads[l.thread as usize];
+                l
             }));
-        self.launches.extend(other.launches);
         self.steps.extend(other.steps);
         if let Some((lo, hi)) = other.host_span {
             self.extend_host_span(lo, hi);
@@ -345,3 +422,7 @@ impl HostStructure {
 pub fn profiler_step_number(name: &str) -> Option<i64> {
     name.strip_prefix("ProfilerStep#")?.parse().ok()
 }
+
+// The attribution index is held for a whole trace file: keep its entries small.
+const _: () = assert!(std::mem::size_of::<HostInterval>() == 24);
+const _: () = assert!(std::mem::size_of::<Launch>() == 24);

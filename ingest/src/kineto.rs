@@ -826,22 +826,18 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
             let id = out.host.names.intern(&name);
             // ProfilerStep#N is a scope, never an operator (legacy traces file it as `Operator`).
             let annotation = kind == Kind::Annotation || step.is_some();
-            out.host.intervals.push(HostInterval {
-                pid: p,
-                tid: t,
-                start: ts,
-                end: ts + dur,
-                name: id,
-                annotation,
-            });
+            let thread = out.host.threads.intern(p, t);
+            out.host
+                .intervals
+                .push(HostInterval::new(thread, ts, ts + dur, id, annotation));
         }
         Kind::Runtime | Kind::Driver => {
             if let Some(correlation) = e.correlation {
+                let thread = out.host.threads.intern(p, t);
                 out.host.launches.push(Launch {
                     correlation,
-                    pid: p,
-                    tid: t,
                     ts,
+                    thread,
                 });
             }
         }

@@ -4,12 +4,11 @@
 //! `cpu_op` and user annotation enclosing the launch on the launching thread, and the
 //! `ProfilerStep#N` range containing the launch. Host events use their own time and thread.
 
-use crate::events::{HostInterval, HostStructure, Kind, Launch};
+use crate::events::{HostInterval, HostStructure, Kind, Launch, Threads};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int32Array, Int64Array, Int64Builder, RecordBatch, StringBuilder,
 };
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -64,10 +63,11 @@ fn nest_parents(run: &[HostInterval], parents: &mut Vec<u32>) {
 /// (sorted, plus 4 bytes of parent index per interval), so it costs no second copy.
 pub struct Resolver {
     names: Vec<Arc<str>>,
+    thread_ids: Threads,
     intervals: Vec<HostInterval>,
     parents: Vec<u32>,
-    /// Per thread: the ranges of its operators and of its annotations in `intervals`.
-    threads: HashMap<(i64, i64), (Range<usize>, Range<usize>)>,
+    /// By thread id: the ranges of its operators and of its annotations in `intervals`.
+    threads: Vec<(Range<usize>, Range<usize>)>,
     /// Sorted by correlation id, first launch of each id only.
     launches: Vec<Launch>,
     steps: Vec<(i64, i64, i64)>,
@@ -77,41 +77,28 @@ impl Resolver {
     pub fn new(host: HostStructure) -> Resolver {
         let HostStructure {
             names,
+            threads: thread_ids,
             mut intervals,
             mut launches,
             mut steps,
             ..
         } = host;
-        intervals.sort_unstable_by(|a, b| {
-            (
-                a.pid,
-                a.tid,
-                a.annotation,
-                a.start,
-                std::cmp::Reverse(a.end),
-            )
-                .cmp(&(
-                    b.pid,
-                    b.tid,
-                    b.annotation,
-                    b.start,
-                    std::cmp::Reverse(b.end),
-                ))
-        });
+        intervals.sort_unstable_by_key(|iv| iv.order_key());
+        intervals.shrink_to_fit();
         let mut parents = Vec::with_capacity(intervals.len());
-        let mut threads: HashMap<(i64, i64), (Range<usize>, Range<usize>)> = HashMap::new();
+        let mut threads = vec![(0..0, 0..0); thread_ids.len()];
         let mut start = 0;
         while start < intervals.len() {
             let first = intervals[start];
             let len = intervals[start..]
                 .iter()
                 .take_while(|iv| {
-                    (iv.pid, iv.tid, iv.annotation) == (first.pid, first.tid, first.annotation)
+                    (iv.thread(), iv.annotation()) == (first.thread(), first.annotation())
                 })
                 .count();
             nest_parents(&intervals[start..start + len], &mut parents);
-            let entry = threads.entry((first.pid, first.tid)).or_default();
-            if first.annotation {
+            let entry = &mut threads[first.thread() as usize];
+            if first.annotation() {
                 entry.1 = start..start + len;
             } else {
                 entry.0 = start..start + len;
@@ -125,6 +112,7 @@ impl Resolver {
         steps.sort_unstable();
         Resolver {
             names: names.names().to_vec(),
+            thread_ids,
             intervals,
             parents,
             threads,
@@ -181,21 +169,21 @@ impl Resolver {
             let thread = if pid.is_null(i) || tid.is_null(i) {
                 None
             } else {
-                Some((pid.value(i), tid.value(i)))
+                self.thread_ids.get(pid.value(i), tid.value(i))
             };
             let (point, thread, from_launch) = if kind.is_gpu() {
                 match (!corr.is_null(i))
                     .then(|| self.launch(corr.value(i)))
                     .flatten()
                 {
-                    Some(l) => (l.ts, Some((l.pid, l.tid)), true),
+                    Some(l) => (l.ts, Some(l.thread), true),
                     None => (t, None, false),
                 }
             } else {
                 (t, thread, false)
             };
             step.append_option(self.step_at(point));
-            let index = thread.and_then(|k| self.threads.get(&k));
+            let index = thread.map(|k| &self.threads[k as usize]);
             let wants_op = from_launch || kind.is_launch();
             let op_name = index.filter(|_| wants_op).and_then(|(ops, _)| {
                 let nest = self.nest(ops);
@@ -259,14 +247,7 @@ mod tests {
     use super::*;
 
     fn iv(start: i64, end: i64, name: u32) -> HostInterval {
-        HostInterval {
-            pid: 1,
-            tid: 1,
-            start,
-            end,
-            name,
-            annotation: false,
-        }
+        HostInterval::new(0, start, end, name, false)
     }
 
     #[test]
