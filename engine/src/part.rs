@@ -159,7 +159,7 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
         .collect();
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).expect("valid zstd level"),
+            ZstdLevel::try_new(1).expect("valid zstd level"),
         ))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
