@@ -16,8 +16,8 @@
 # Disk: about 1.1 GB + store for the main trace, plus HUGE_BYTES + its store
 # while step 7 runs (checked; step 7 is skipped when the disk is short).
 #
-# Note: the store path is always made absolute -- a relative --store makes
-# queries over `events` fail ("Unable to convert path ... to URL").
+# Note: the store path is made absolute here for clear logs; gpuq itself accepts
+# relative --store paths.
 set -uo pipefail
 
 WORK=$(realpath -m "${1:-/tmp/gpuq-bench}")
