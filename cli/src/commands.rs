@@ -24,7 +24,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let run = run.map(RunId::new).transpose()?;
             let tags = parse_tags(&tags)?;
             let store = open_store(&store_path)?;
-            let opts = IngestOptions { run, tags, replace };
+            let opts = IngestOptions {
+                run,
+                tags,
+                replace,
+                ..Default::default()
+            };
             ingest(&store, &paths, &opts, quiet)
         }
         Command::Query { sql, file, format } => {
@@ -265,6 +270,7 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
         run: Some(RunId::new("demo")?),
         tags: vec![("source".into(), "gpuq-demo".into())],
         replace: true,
+        ..Default::default()
     };
     for r in driver::ingest(store, &[path.clone()], &opts, &gpuq_ingest::NoProgress)? {
         print_report(&r);

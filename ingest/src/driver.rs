@@ -53,6 +53,8 @@ pub struct IngestOptions {
     pub run: Option<RunId>,
     pub tags: Vec<(String, String)>,
     pub replace: bool,
+    /// Bytes of parsed events held in memory before spilling; default [`spool::DEFAULT_BUDGET`].
+    pub spool_budget: Option<usize>,
 }
 
 /// Per-file progress, for a progress bar.
@@ -208,7 +210,7 @@ fn ingest_run(
         progress.start_file(&src.path, src.size);
         let mut spool = Spool::new(
             writer.scratch_path(&format!("spool-{position}.arrows")),
-            spool::DEFAULT_BUDGET,
+            opts.spool_budget.unwrap_or(spool::DEFAULT_BUDGET),
         );
         let parsed = parse_source(src, progress, &mut spool)?;
         progress.finish_file();
@@ -484,5 +486,33 @@ impl Facts {
             }
         }
         f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_events_far_outside_the_host_span_are_counted_as_warnings() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("t.json");
+        // Host activity spans 1 s..1.001 s; one kernel 60 s later (corrupt), one within range.
+        std::fs::write(
+            &trace,
+            r#"{"traceEvents": [
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000000, "dur": 1000},
+              {"ph": "X", "cat": "kernel", "name": "ok", "pid": 0, "tid": 7, "ts": 1000500, "dur": 10},
+              {"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7, "ts": 61000000, "dur": 10}
+            ]}"#,
+        )
+        .unwrap();
+        let store = Store::open(dir.path().join("store")).unwrap();
+        let reports = ingest(&store, &[trace], &IngestOptions::default(), &NoProgress).unwrap();
+        let warnings = &reports[0].warnings;
+        let key =
+            "GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)";
+        assert_eq!(warnings.get(key), Some(&1), "{warnings:?}");
+        assert_eq!(reports[0].events, 3, "the suspicious event is kept");
     }
 }

@@ -13,6 +13,17 @@ fn ingest_synth(
     cfg: &SynthConfig,
     tags: &[(&str, &str)],
 ) -> GroundTruth {
+    ingest_synth_with_budget(store, dir, run, cfg, tags, None)
+}
+
+fn ingest_synth_with_budget(
+    store: &Store,
+    dir: &Path,
+    run: &str,
+    cfg: &SynthConfig,
+    tags: &[(&str, &str)],
+    spool_budget: Option<usize>,
+) -> GroundTruth {
     let path = dir.join(format!("{run}.json"));
     let truth = write_kineto(cfg, std::fs::File::create(&path).unwrap()).unwrap();
     let opts = IngestOptions {
@@ -22,6 +33,7 @@ fn ingest_synth(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         replace: false,
+        spool_budget,
     };
     gpuq_ingest::ingest(store, &[path], &opts, &NoProgress).unwrap();
     truth
@@ -89,15 +101,12 @@ async fn a_long_lived_session_sees_runs_committed_after_it_started() {
     );
 }
 
-#[tokio::test]
-async fn kernel_totals_match_the_generators_ground_truth() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("store")).unwrap();
-    let truth = ingest_synth(&store, dir.path(), "gt", &SynthConfig::small(), &[]);
-    let ctx = open_session(&store).await.unwrap();
-    let names = query_strings(&ctx, "SELECT name FROM kernels GROUP BY name ORDER BY name").await;
+/// Kernel totals per name and per op, event counts per kind and the step list equal the
+/// generator's ground truth.
+async fn assert_ground_truth(ctx: &SessionContext, truth: &GroundTruth) {
+    let names = query_strings(ctx, "SELECT name FROM kernels GROUP BY name ORDER BY name").await;
     let totals = query_i64(
-        &ctx,
+        ctx,
         "SELECT sum(dur) FROM kernels GROUP BY name ORDER BY name",
     )
     .await;
@@ -108,8 +117,8 @@ async fn kernel_totals_match_the_generators_ground_truth() {
         .collect();
     let want: Vec<(String, i64)> = truth.kernel_ns_by_name.clone().into_iter().collect();
     assert_eq!(got, want);
-    let ops = query_strings(&ctx, "SELECT op FROM kernels GROUP BY op ORDER BY op").await;
-    let op_totals = query_i64(&ctx, "SELECT sum(dur) FROM kernels GROUP BY op ORDER BY op").await;
+    let ops = query_strings(ctx, "SELECT op FROM kernels GROUP BY op ORDER BY op").await;
+    let op_totals = query_i64(ctx, "SELECT sum(dur) FROM kernels GROUP BY op ORDER BY op").await;
     let got: Vec<(String, i64)> = ops
         .into_iter()
         .zip(op_totals)
@@ -119,13 +128,13 @@ async fn kernel_totals_match_the_generators_ground_truth() {
     assert_eq!(got, want);
     for (kind, n) in &truth.kind_counts {
         let got = query_i64(
-            &ctx,
+            ctx,
             &format!("SELECT count(*) FROM events WHERE kind = '{kind}'"),
         )
         .await;
         assert_eq!(got, vec![Some(*n as i64)], "kind {kind}");
     }
-    let steps = query_i64(&ctx, "SELECT step FROM steps ORDER BY step").await;
+    let steps = query_i64(ctx, "SELECT step FROM steps ORDER BY step").await;
     assert_eq!(
         steps,
         truth
@@ -134,11 +143,46 @@ async fn kernel_totals_match_the_generators_ground_truth() {
             .map(|s| Some(s.0 as i64))
             .collect::<Vec<_>>()
     );
-    let step_durs = query_i64(&ctx, "SELECT dur FROM steps ORDER BY step").await;
+    let step_durs = query_i64(ctx, "SELECT dur FROM steps ORDER BY step").await;
     assert_eq!(
         step_durs,
         truth.steps.iter().map(|s| Some(s.2)).collect::<Vec<_>>()
     );
+}
+
+#[tokio::test]
+async fn kernel_totals_match_the_generators_ground_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let truth = ingest_synth(&store, dir.path(), "gt", &SynthConfig::small(), &[]);
+    let ctx = open_session(&store).await.unwrap();
+    assert_ground_truth(&ctx, &truth).await;
+}
+
+#[tokio::test]
+async fn a_trace_spilled_to_disk_and_split_into_several_parts_gives_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    // ~300 K events: more than one 256 K-row part; budget 0 spills every parsed batch.
+    let cfg = SynthConfig::sized(100_000_000);
+    let truth = ingest_synth_with_budget(&store, dir.path(), "spilled", &cfg, &[], Some(0));
+    let m = store.manifest().unwrap();
+    let files = m.runs[&RunId::new("spilled").unwrap()]
+        .files
+        .iter()
+        .filter(|f| f.table == TableKind::Events)
+        .count();
+    assert!(files >= 2, "{files} event files");
+    let ctx = open_session(&store).await.unwrap();
+    assert_ground_truth(&ctx, &truth).await;
+    assert_eq!(
+        query_i64(&ctx, "SELECT count(*) FROM events").await,
+        vec![Some(truth.events as i64)]
+    );
+    let staging = std::fs::read_dir(store.root().join("_staging"))
+        .unwrap()
+        .count();
+    assert_eq!(staging, 0, "spill or staged files left behind");
 }
 
 #[tokio::test]

@@ -130,6 +130,7 @@ async fn an_eight_rank_job_is_one_run_with_a_rank_per_file() {
         run: Some(RunId::new("dlrm").unwrap()),
         tags: vec![("model".into(), "dlrm".into())],
         replace: false,
+        ..Default::default()
     };
     gpuq_ingest::ingest(&store, &[dir.clone()], &opts, &NoProgress).unwrap();
     let ctx = gpuq_query::open_session(&store).await.unwrap();
