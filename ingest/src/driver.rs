@@ -1,11 +1,12 @@
 //! Ingesting trace files into a store as runs.
 
 use crate::events::Kind;
-use crate::kineto::{self, ParsedTrace, TraceError};
+use crate::kineto;
 use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
 use crate::source::{self, DetectError, Format, Source};
 use crate::spool::{self, Spool};
+use crate::trace::{ParsedTrace, TraceError};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile};

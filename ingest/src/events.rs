@@ -66,8 +66,8 @@ impl Kind {
     }
 }
 
-/// One canonical event, as an adapter hands it over. `rank`, `step`, `op` and `scope` are
-/// filled in later by [`crate::resolve`].
+/// One canonical event, as an adapter hands it over. `rank`, `step` and `op` are filled in
+/// later by [`crate::resolve`]; so is `scope`, unless the adapter sets it.
 #[derive(Debug, Default, Clone)]
 pub struct Event<'a> {
     pub device: Option<i32>,
@@ -85,6 +85,7 @@ pub struct Event<'a> {
     pub registers: Option<i32>,
     pub shared_mem: Option<i64>,
     pub args: Option<&'a str>,
+    pub scope: Option<&'a str>,
 }
 
 /// Builders for the columns of [`schema::events_schema`].
@@ -104,6 +105,7 @@ pub struct EventColumns {
     registers: Int32Builder,
     shared_mem: Int64Builder,
     args: StringBuilder,
+    scope: StringBuilder,
     len: usize,
 }
 
@@ -131,6 +133,7 @@ impl EventColumns {
             registers: Int32Builder::with_capacity(n),
             shared_mem: Int64Builder::with_capacity(n),
             args: StringBuilder::with_capacity(n, n * 64),
+            scope: StringBuilder::new(),
             len: 0,
         }
     }
@@ -165,10 +168,11 @@ impl EventColumns {
         self.registers.append_option(e.registers);
         self.shared_mem.append_option(e.shared_mem);
         self.args.append_option(e.args);
+        self.scope.append_option(e.scope);
         self.len += 1;
     }
 
-    /// The batch, with `rank`, `step`, `op` and `scope` all null (resolved later).
+    /// The batch, with `rank`, `step` and `op` null (resolved later).
     pub fn finish(mut self) -> RecordBatch {
         let n = self.len;
         let nulls_i32 =
@@ -191,7 +195,7 @@ impl EventColumns {
             Arc::new(self.dur.finish()),
             Arc::new(self.correlation.finish()),
             nulls_str(),
-            nulls_str(),
+            Arc::new(self.scope.finish()),
             Arc::new(self.bytes.finish()),
             Arc::new(self.copy_kind.finish()),
             Arc::new(gx.finish()),
@@ -373,6 +377,9 @@ pub struct HostStructure {
     pub steps: Vec<(i64, i64, i64)>,
     /// Earliest start and latest end of any host (non-GPU) event.
     pub host_span: Option<(i64, i64)>,
+    /// Correlation ids are unique per process only (Nsight Systems): GPU work is matched to
+    /// the launch with the same correlation id *and* the same `pid`.
+    pub correlation_per_process: bool,
 }
 
 impl HostStructure {

@@ -17,6 +17,7 @@ use crate::events::{
     Launch,
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
+use crate::trace::{EventSink, ParsedTrace, TraceError};
 use datafusion::arrow::array::RecordBatch;
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -28,43 +29,6 @@ use std::sync::mpsc;
 const BLOCK_BYTES: usize = 4 << 20;
 /// Bytes read from the source at a time.
 const READ_BYTES: usize = 8 << 20;
-
-/// Why a trace could not be read. `offset` is a byte offset of the (decompressed) JSON text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceError {
-    pub offset: u64,
-    pub event: Option<u64>,
-    pub message: String,
-}
-
-impl std::fmt::Display for TraceError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.event {
-            Some(i) => write!(f, "byte {} (event #{}): {}", self.offset, i, self.message),
-            None => write!(f, "byte {}: {}", self.offset, self.message),
-        }
-    }
-}
-
-/// Everything read from one trace file, before attribution ([`crate::resolve`]).
-#[derive(Default)]
-pub struct ParsedTrace {
-    /// Events with `ts` relative to [`Self::time_base_ns`]; `rank/step/op/scope` unset.
-    /// Empty when [`parse_into`] handed them to a sink.
-    pub batches: Vec<RecordBatch>,
-    pub counters: Vec<RecordBatch>,
-    pub host: HostStructure,
-    /// Added to every `ts`: `baseTimeNanoseconds`, or 0 when times are epoch microseconds.
-    pub time_base_ns: i64,
-    /// Top-level keys other than `traceEvents`, as JSON.
-    pub top_level: serde_json::Map<String, serde_json::Value>,
-    pub warnings: BTreeMap<String, u64>,
-    pub events: u64,
-    pub kernels: u64,
-    /// Complete (`X`) events and how many of them had no `dur`.
-    pub complete_events: u64,
-    pub missing_dur: u64,
-}
 
 /// Parses a Kineto trace from `reader`. `progress` is called with the number of bytes read so far.
 pub fn parse(
@@ -80,10 +44,6 @@ pub fn parse(
     Ok(trace)
 }
 
-/// Where [`parse_into`] hands event batches as they are parsed (e.g. a spool that spills to
-/// disk), so that the parsed trace need not fit in memory.
-pub type EventSink<'a> = dyn FnMut(RecordBatch) -> std::io::Result<()> + 'a;
-
 /// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`].
 pub fn parse_into(
     reader: impl Read + Send,
@@ -91,7 +51,10 @@ pub fn parse_into(
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
     let (tx, rx) = mpsc::sync_channel::<Block>(2);
-    let mut trace = ParsedTrace::default();
+    let mut trace = ParsedTrace {
+        epoch_time: true,
+        ..Default::default()
+    };
     let mut top_level = Vec::new();
     let mut outcome: Result<(), TraceError> = Ok(());
     std::thread::scope(|scope| {
@@ -105,11 +68,11 @@ pub fn parse_into(
                 Ok(outs) => {
                     for out in outs {
                         if let Err(e) = trace.absorb(out, sink) {
-                            outcome = Err(TraceError {
-                                offset: block.offset,
-                                event: None,
-                                message: format!("cannot keep the parsed events: {e}"),
-                            });
+                            outcome = Err(TraceError::at_byte(
+                                block.offset,
+                                None,
+                                format!("cannot keep the parsed events: {e}"),
+                            ));
                             break;
                         }
                     }
@@ -125,11 +88,11 @@ pub fn parse_into(
                 }
             }
             Err(_) => {
-                outcome = Err(TraceError {
-                    offset: 0,
-                    event: None,
-                    message: "reader thread panicked".into(),
-                })
+                outcome = Err(TraceError::at_byte(
+                    0,
+                    None,
+                    "reader thread panicked".into(),
+                ))
             }
         }
     });
@@ -140,40 +103,35 @@ pub fn parse_into(
             saw_events = true;
             continue;
         }
-        let value: serde_json::Value = serde_json::from_slice(&raw).map_err(|e| TraceError {
-            offset,
-            event: None,
-            message: format!("top-level key {key:?}: {e}"),
+        let value: serde_json::Value = serde_json::from_slice(&raw).map_err(|e| {
+            TraceError::at_byte(offset, None, format!("top-level key {key:?}: {e}"))
         })?;
         if key == "baseTimeNanoseconds" {
             trace.time_base_ns = value
                 .as_i64()
                 .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
-                .ok_or_else(|| TraceError {
-                    offset,
-                    event: None,
-                    message: "baseTimeNanoseconds is not an integer".into(),
+                .ok_or_else(|| {
+                    TraceError::at_byte(offset, None, "baseTimeNanoseconds is not an integer")
                 })?;
         }
         trace.top_level.insert(key, value);
     }
     if !saw_events {
-        return Err(TraceError {
-            offset: 0,
-            event: None,
-            message: "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array"
-                .into(),
-        });
+        return Err(TraceError::at_byte(
+            0,
+            None,
+            "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array".into(),
+        ));
     }
     if trace.complete_events > 0 && trace.missing_dur == trace.complete_events {
-        return Err(TraceError {
-            offset: 0,
-            event: None,
-            message: format!(
+        return Err(TraceError::at_byte(
+            0,
+            None,
+            format!(
                 "none of the {} complete (\"ph\": \"X\") events has a \"dur\"",
                 trace.complete_events
             ),
-        });
+        ));
     }
     if trace.missing_dur > 0 {
         *trace
@@ -182,15 +140,6 @@ pub fn parse_into(
             .or_default() += trace.missing_dur;
     }
     Ok(trace)
-}
-
-impl std::fmt::Debug for ParsedTrace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ParsedTrace")
-            .field("events", &self.events)
-            .field("kernels", &self.kernels)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ParsedTrace {
@@ -233,11 +182,7 @@ struct Stream<R> {
 
 impl<R: Read> Stream<R> {
     fn err(&self, message: impl Into<String>) -> TraceError {
-        TraceError {
-            offset: self.base + self.pos as u64,
-            event: None,
-            message: message.into(),
-        }
+        TraceError::at_byte(self.base + self.pos as u64, None, message.into())
     }
 
     /// Reads more input, keeping `buf[keep_from..]`. Returns false at end of input.
@@ -442,14 +387,14 @@ fn split_events(
                 } else {
                     "an event object"
                 };
-                return Err(TraceError {
-                    offset: s.base + s.pos as u64,
-                    event: Some(*next_event + ranges.len() as u64),
-                    message: format!(
+                return Err(TraceError::at_byte(
+                    s.base + s.pos as u64,
+                    Some(*next_event + ranges.len() as u64),
+                    format!(
                         "expected {what} in traceEvents, found '{}'",
                         if b.is_ascii_graphic() { b as char } else { '?' }
                     ),
-                });
+                ));
             }
             None => {}
         }
@@ -458,12 +403,11 @@ fn split_events(
         progress(s.read_total);
         let keep = s.pos;
         if !s.fill(keep)? {
-            return Err(TraceError {
-                offset: s.base + s.pos as u64,
-                event: Some(*next_event),
-                message: "unexpected end of input inside traceEvents: the trace is truncated"
-                    .into(),
-            });
+            return Err(TraceError::at_byte(
+                s.base + s.pos as u64,
+                Some(*next_event),
+                "unexpected end of input inside traceEvents: the trace is truncated".into(),
+            ));
         }
     }
 }
@@ -518,10 +462,8 @@ fn parse_block(block: &Block) -> Result<Vec<BlockOut>, TraceError> {
             };
             for (j, &(a, b)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
-                parse_event(&block.bytes[..b], a, &mut out).map_err(|e| TraceError {
-                    offset: block.offset + e.offset as u64,
-                    event: Some(index),
-                    message: e.message,
+                parse_event(&block.bytes[..b], a, &mut out).map_err(|e| {
+                    TraceError::at_byte(block.offset + e.offset as u64, Some(index), e.message)
                 })?;
             }
             Ok(out)

@@ -14,5 +14,6 @@ pub mod resolve;
 pub mod source;
 pub mod spool;
 pub mod synth;
+pub mod trace;
 
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};

@@ -68,8 +68,9 @@ pub struct Resolver {
     parents: Vec<u32>,
     /// By thread id: the ranges of its operators and of its annotations in `intervals`.
     threads: Vec<(Range<usize>, Range<usize>)>,
-    /// Sorted by correlation id, first launch of each id only.
+    /// Sorted by correlation id (then pid when [`Self::per_process`]); first launch of each key.
     launches: Vec<Launch>,
+    per_process: bool,
     steps: Vec<(i64, i64, i64)>,
 }
 
@@ -81,6 +82,7 @@ impl Resolver {
             mut intervals,
             mut launches,
             mut steps,
+            correlation_per_process: per_process,
             ..
         } = host;
         intervals.sort_unstable_by_key(|iv| iv.order_key());
@@ -106,8 +108,9 @@ impl Resolver {
             start += len;
         }
         // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
-        launches.sort_by_key(|l| l.correlation);
-        launches.dedup_by_key(|l| l.correlation);
+        let pid_of = |l: &Launch| per_process.then(|| thread_ids.keys()[l.thread as usize].0);
+        launches.sort_by_key(|l| (l.correlation, pid_of(l)));
+        launches.dedup_by_key(|l| (l.correlation, pid_of(l)));
         launches.shrink_to_fit();
         steps.sort_unstable();
         Resolver {
@@ -117,6 +120,7 @@ impl Resolver {
             parents,
             threads,
             launches,
+            per_process,
             steps,
         }
     }
@@ -128,10 +132,15 @@ impl Resolver {
         }
     }
 
-    fn launch(&self, correlation: i64) -> Option<&Launch> {
+    /// The launch of GPU work with this correlation id, issued by process `pid`.
+    fn launch(&self, correlation: i64, pid: Option<i64>) -> Option<&Launch> {
+        let key = (correlation, pid.filter(|_| self.per_process));
         let i = self
             .launches
-            .binary_search_by_key(&correlation, |l| l.correlation)
+            .binary_search_by_key(&key, |l| {
+                let pid = self.thread_ids.keys()[l.thread as usize].0;
+                (l.correlation, self.per_process.then_some(pid))
+            })
             .ok()?;
         Some(&self.launches[i])
     }
@@ -160,6 +169,10 @@ impl Resolver {
         let ts = col("ts").as_primitive::<Int64Type>();
         let dur = col("dur").as_primitive::<Int64Type>();
         let corr = col("correlation").as_primitive::<Int64Type>();
+        // Values the adapter already knows win over attribution.
+        let given_step = col("step").as_primitive::<Int64Type>();
+        let given_op = col("op").as_string::<i32>();
+        let given_scope = col("scope").as_string::<i32>();
         let mut step = Int64Builder::with_capacity(n);
         let mut op = StringBuilder::with_capacity(n, n * 8);
         let mut scope = StringBuilder::with_capacity(n, n * 8);
@@ -172,8 +185,9 @@ impl Resolver {
                 self.thread_ids.get(pid.value(i), tid.value(i))
             };
             let (point, thread, from_launch) = if kind.is_gpu() {
+                let process = (!pid.is_null(i)).then(|| pid.value(i));
                 match (!corr.is_null(i))
-                    .then(|| self.launch(corr.value(i)))
+                    .then(|| self.launch(corr.value(i), process))
                     .flatten()
                 {
                     Some(l) => (l.ts, Some(l.thread), true),
@@ -182,7 +196,16 @@ impl Resolver {
             } else {
                 (t, thread, false)
             };
-            step.append_option(self.step_at(point));
+            if given_step.is_valid(i) {
+                step.append_value(given_step.value(i));
+            } else {
+                step.append_option(self.step_at(point));
+            }
+            if given_op.is_valid(i) || given_scope.is_valid(i) {
+                op.append_option(given_op.is_valid(i).then(|| given_op.value(i)));
+                scope.append_option(given_scope.is_valid(i).then(|| given_scope.value(i)));
+                continue;
+            }
             let index = thread.map(|k| &self.threads[k as usize]);
             let wants_op = from_launch || kind.is_launch();
             let op_name = index.filter(|_| wants_op).and_then(|(ops, _)| {

@@ -243,10 +243,13 @@ fn reports_bad_input_with_position() {
     let truncated = &MODERN[..MODERN.find("graph_k").unwrap()];
     let e = parse_str(truncated).unwrap_err();
     assert!(e.message.contains("truncated"), "{e}");
-    assert!(e.offset > 0 && e.offset <= truncated.len() as u64, "{e}");
+    assert!(
+        e.offset().unwrap() > 0 && e.offset().unwrap() <= truncated.len() as u64,
+        "{e}"
+    );
 
     let e = parse_str(r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X", "name": "b", "ts": "abc", "dur": 1}]}"###).unwrap_err();
-    assert_eq!(e.event, Some(1), "{e}");
+    assert_eq!(e.event(), Some(1), "{e}");
     assert!(e.message.contains("\"ts\""), "{e}");
     assert!(e.to_string().contains("event #1"), "{e}");
 
@@ -269,7 +272,7 @@ fn reports_bad_input_with_position() {
     )
     .unwrap_err();
     assert!(e.message.contains("expected ',' or ']'"), "{e}");
-    assert_eq!(e.event, Some(1));
+    assert_eq!(e.event(), Some(1));
     let e = parse_str(
         r###"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": 5}]}"###,
     )
