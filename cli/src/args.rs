@@ -30,9 +30,16 @@ pub enum Command {
         /// Tag the run: KEY=VALUE (repeatable)
         #[arg(long = "tag", value_name = "KEY=VALUE")]
         tags: Vec<String>,
-        /// Input format (detection is by content; kineto is the only format today)
+        /// Input format; auto detects each file by its content
         #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
         format: InputFormat,
+        /// Nsight Systems: regex for NVTX ranges that are steps, with one capture group
+        /// (the step number) [default: ProfilerStep#N, step N, iteration_N, train_step[N], ...]
+        #[arg(long, value_name = "REGEX")]
+        step_pattern: Option<String>,
+        /// Skip (and count) lines of line-based formats that do not parse instead of failing
+        #[arg(long)]
+        lenient: bool,
         /// Replace the run if it exists (also re-ingests files already stored)
         #[arg(long)]
         replace: bool,
@@ -98,7 +105,21 @@ pub enum RunsAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InputFormat {
     Auto,
+    /// PyTorch profiler / Kineto / Chrome-trace JSON (.json, .json.gz, .json.zst)
     Kineto,
+    /// Nsight Systems SQLite export (nsys export --type sqlite)
+    Nsys,
+}
+
+impl InputFormat {
+    pub fn format(self) -> Option<gpuq_ingest::source::Format> {
+        use gpuq_ingest::source::Format;
+        match self {
+            InputFormat::Auto => None,
+            InputFormat::Kineto => Some(Format::Kineto),
+            InputFormat::Nsys => Some(Format::Nsys),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

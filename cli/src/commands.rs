@@ -17,17 +17,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             paths,
             run,
             tags,
-            format: _,
+            format,
+            step_pattern,
+            lenient,
             replace,
             quiet,
         } => {
             let run = run.map(RunId::new).transpose()?;
             let tags = parse_tags(&tags)?;
+            let step_pattern = step_pattern
+                .map(|p| gpuq_ingest::nsys::step_pattern(&p))
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
             let store = open_store(&store_path)?;
             let opts = IngestOptions {
                 run,
                 tags,
                 replace,
+                format: format.format(),
+                step_pattern,
+                lenient,
                 ..Default::default()
             };
             ingest(&store, &paths, &opts, quiet)

@@ -88,6 +88,25 @@ pub struct RunMeta {
 impl RunMeta {
     /// Folds the metadata of another ingest into this run (used when appending to a run).
     pub fn merge(&mut self, other: RunMeta) {
+        let mut formats: Vec<&str> = self
+            .format
+            .split('+')
+            .chain(other.format.split('+'))
+            .filter(|f| !f.is_empty())
+            .collect();
+        formats.sort_unstable();
+        formats.dedup();
+        self.format = formats.join("+");
+        if self.epoch_time != other.epoch_time {
+            *self
+                .warnings
+                .entry(
+                    "sources on different clocks (epoch ns and trace-relative ns) in one run"
+                        .into(),
+                )
+                .or_default() += 1;
+        }
+        self.epoch_time &= other.epoch_time;
         self.sources.extend(other.sources);
         for r in other.ranks {
             if !self.ranks.contains(&r) {

@@ -2,6 +2,7 @@
 
 use crate::events::Kind;
 use crate::kineto;
+use crate::nsys;
 use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
 use crate::source::{self, DetectError, Format, Source};
@@ -56,6 +57,12 @@ pub struct IngestOptions {
     pub replace: bool,
     /// Bytes of parsed events held in memory before spilling; default [`spool::DEFAULT_BUDGET`].
     pub spool_budget: Option<usize>,
+    /// Read every file as this format instead of detecting it.
+    pub format: Option<Format>,
+    /// Nsight Systems: NVTX ranges naming steps; default [`nsys::DEFAULT_STEP_PATTERN`].
+    pub step_pattern: Option<regex::Regex>,
+    /// Skip (and count) unparsable lines of line-based formats instead of failing.
+    pub lenient: bool,
 }
 
 /// Per-file progress, for a progress bar.
@@ -131,7 +138,7 @@ pub fn ingest(
         let sources = files
             .iter()
             .map(|f| {
-                Source::open(f).map_err(|e| IngestError::Detect {
+                Source::open(f, opts.format).map_err(|e| IngestError::Detect {
                     path: f.clone(),
                     source: e,
                 })
@@ -185,11 +192,11 @@ fn ingest_run(
         version: None,
     };
     let mut meta = RunMeta {
-        format: Format::Kineto.name().into(),
         imported_at_ns: now_ns(),
-        epoch_time: true,
         ..Default::default()
     };
+    let mut formats: BTreeSet<Format> = BTreeSet::new();
+    let mut epoch_time: Option<bool> = None;
     meta.tags = opts.tags.iter().cloned().collect();
     let multi = sources.len() > 1;
     let mut staged: Vec<StagedFile> = Vec::new();
@@ -213,10 +220,21 @@ fn ingest_run(
             writer.scratch_path(&format!("spool-{position}.arrows")),
             opts.spool_budget.unwrap_or(spool::DEFAULT_BUDGET),
         );
-        let parsed = parse_source(src, progress, &mut spool)?;
+        let parsed = parse_source(src, opts, progress, &mut spool)?;
         progress.finish_file();
         // Equal content implies equal size, so the check above caught every stored duplicate.
-        let hash = src.hash();
+        let hash = src.hash().map_err(io_error(&src.path))?;
+        formats.insert(src.format);
+        if epoch_time.is_some_and(|e| e != parsed.epoch_time) {
+            *meta
+                .warnings
+                .entry(
+                    "sources on different clocks (epoch ns and trace-relative ns) in one run"
+                        .into(),
+                )
+                .or_default() += 1;
+        }
+        epoch_time = Some(epoch_time.unwrap_or(true) && parsed.epoch_time);
         let fallback_rank = multi.then_some(position as i32);
         let file = finish_file(&writer, parsed, spool, fallback_rank).map_err(|e| match e {
             IngestError::Io { source, .. } => IngestError::Io {
@@ -235,7 +253,7 @@ fn ingest_run(
             hash,
             bytes: src.size,
             rank: file.rank,
-            format: Format::Kineto.name().into(),
+            format: src.format.name().into(),
         });
     }
     if report.files == 0 {
@@ -243,6 +261,12 @@ fn ingest_run(
         report.seconds = started.elapsed().as_secs_f64();
         return Ok(report);
     }
+    meta.format = formats
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join("+");
+    meta.epoch_time = epoch_time.unwrap_or(true);
     report.events = meta.events;
     report.kernels = meta.kernels;
     report.span_ns = meta.last_ts.zip(meta.first_ts).map(|(l, f)| l - f);
@@ -259,19 +283,27 @@ fn ingest_run(
 
 fn parse_source(
     src: &Source,
+    opts: &IngestOptions,
     progress: &dyn Progress,
     spool: &mut Spool,
 ) -> Result<ParsedTrace, IngestError> {
-    let reader = src.reader().map_err(io_error(&src.path))?;
-    let report = |_: u64| progress.bytes(src.bytes_read());
+    let trace_error = |e| IngestError::Trace {
+        path: src.path.clone(),
+        source: TraceErrorDisplay(e),
+    };
     match src.format {
         Format::Kineto => {
-            kineto::parse_into(reader, &report, &mut |b| spool.push(b)).map_err(|e| {
-                IngestError::Trace {
-                    path: src.path.clone(),
-                    source: TraceErrorDisplay(e),
-                }
-            })
+            let reader = src.reader().map_err(io_error(&src.path))?;
+            let report = |_: u64| progress.bytes(src.bytes_read());
+            kineto::parse_into(reader, &report, &mut |b| spool.push(b)).map_err(trace_error)
+        }
+        Format::Nsys => {
+            let mut nsys_opts = nsys::NsysOptions::default();
+            if let Some(p) = &opts.step_pattern {
+                nsys_opts.step_pattern = p.clone();
+            }
+            let report = |fraction: f64| progress.bytes((fraction * src.size as f64) as u64);
+            nsys::parse(&src.path, &nsys_opts, &report, &mut |b| spool.push(b)).map_err(trace_error)
         }
     }
 }
@@ -298,6 +330,7 @@ fn finish_file(
         mut warnings,
         events,
         kernels,
+        epoch_time: parsed_epoch_time,
         ..
     } = parsed;
     let distributed = top_level.get("distributedInfo");
@@ -407,7 +440,7 @@ fn finish_file(
         last_ts: facts.last_ts,
         events,
         kernels,
-        epoch_time: true,
+        epoch_time: parsed_epoch_time,
         metadata,
         warnings,
         ..Default::default()

@@ -7,19 +7,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Input formats gpuq can ingest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Format {
     /// PyTorch profiler / Kineto / Chrome-trace JSON.
     Kineto,
+    /// Nsight Systems SQLite export (`nsys export --type sqlite`).
+    Nsys,
 }
 
 impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Kineto => "kineto",
+            Format::Nsys => "nsys",
         }
     }
 }
+
+/// What `--format auto` tries, for error messages.
+pub const TRIED: &str = "Kineto/Chrome-trace JSON, Nsight Systems SQLite; plain, gzip or zstd";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
@@ -33,10 +39,10 @@ pub enum Compression {
 pub enum DetectError {
     #[error("the file is empty")]
     Empty,
-    #[error("Nsight Systems SQLite exports are not supported by this version of gpuq")]
-    NsysSqlite,
-    #[error("unrecognised format (tried: Kineto/Chrome-trace JSON, plain, gzip or zstd): {0}")]
+    #[error("unrecognised format ({0}; tried: {TRIED})")]
     Unknown(String),
+    #[error("not {expected}: {why}")]
+    NotThatFormat { expected: &'static str, why: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -59,7 +65,7 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
         return Err(DetectError::Empty);
     }
     if head[..n].starts_with(b"SQLite format 3\0") {
-        return Err(DetectError::NsysSqlite);
+        return Ok((Compression::None, Format::Nsys));
     }
     let compression = compression_of(&head[..n]);
     let mut text = [0u8; 4096];
@@ -136,8 +142,15 @@ pub struct Source {
 }
 
 impl Source {
-    pub fn open(path: &Path) -> Result<Source, DetectError> {
+    /// Opens `path`, detecting its format by content, or checking it is `forced`.
+    pub fn open(path: &Path, forced: Option<Format>) -> Result<Source, DetectError> {
         let (compression, format) = detect(path)?;
+        if let Some(f) = forced.filter(|&f| f != format) {
+            return Err(DetectError::NotThatFormat {
+                expected: f.name(),
+                why: format!("the content looks like {}", format.name()),
+            });
+        }
         let size = std::fs::metadata(path)?.len();
         Ok(Source {
             path: path.to_path_buf(),
@@ -165,14 +178,19 @@ impl Source {
         self.read.load(Ordering::Relaxed)
     }
 
-    /// BLAKE3 of the raw bytes read so far (the whole file once the reader is exhausted).
-    pub fn hash(&self) -> String {
-        self.hasher
+    /// BLAKE3 of the raw bytes: of those read through [`Self::reader`] once it is exhausted,
+    /// else (an adapter that opened the file itself) of the file.
+    pub fn hash(&self) -> std::io::Result<String> {
+        if self.bytes_read() < self.size {
+            return hash_file(&self.path);
+        }
+        Ok(self
+            .hasher
             .lock()
             .expect("hasher")
             .finalize()
             .to_hex()
-            .to_string()
+            .to_string())
     }
 }
 
@@ -202,7 +220,8 @@ pub fn expand(path: &Path) -> std::io::Result<Vec<PathBuf>> {
             !name.starts_with('.')
                 && (name.ends_with(".json")
                     || name.ends_with(".json.gz")
-                    || name.ends_with(".json.zst"))
+                    || name.ends_with(".json.zst")
+                    || name.ends_with(".sqlite"))
         })
         .collect();
     files.sort();

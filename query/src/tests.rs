@@ -34,6 +34,7 @@ fn ingest_synth_with_budget(
             .collect(),
         replace: false,
         spool_budget,
+        ..Default::default()
     };
     gpuq_ingest::ingest(store, &[path], &opts, &NoProgress).unwrap();
     truth

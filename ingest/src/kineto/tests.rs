@@ -1,5 +1,6 @@
 use super::*;
 use crate::resolve::Resolver;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};

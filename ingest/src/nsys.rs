@@ -1,0 +1,1052 @@
+//! Nsight Systems SQLite export (`nsys export --type sqlite`) adapter.
+//!
+//! Tables are read by column name (`PRAGMA table_info`), so every export schema from 3.7 to
+//! 3.25 works; a table that an export does not have is simply empty. Large tables are read
+//! in rowid ranges on all cores, one read-only connection each.
+//!
+//! | nsys table | kind | name | notes |
+//! |---|---|---|---|
+//! | `CUPTI_ACTIVITY_KIND_KERNEL` | `kernel` | `StringIds[demangledName]` | `shortName` and context in `args`; `shared_mem` = static + dynamic |
+//! | `CUPTI_ACTIVITY_KIND_MEMCPY` | `memcpy` | `[CUDA memcpy <ENUM_CUDA_MEMCPY_OPER.label>]` | `copy_kind` `HtoD`, `DtoH`, ...; src/dst memory kinds (labels of `ENUM_CUDA_MEM_KIND`) in `args` |
+//! | `CUPTI_ACTIVITY_KIND_MEMSET` | `memset` | `[CUDA memset]` | memory kind and value in `args` |
+//! | `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` | `sync` | `Stream Sync`, `Event Sync`, `Context Sync`, `Stream Wait Event` | |
+//! | `CUPTI_ACTIVITY_KIND_RUNTIME` | `runtime` (eventClass 0) / `driver` | nsys's name rule: a 4-digit `_vNNNN` suffix is dropped (`cudaLaunchKernel_v7000` -> `cudaLaunchKernel`; the raw name is in `args.api`) | every call with a correlation id is a launch for attribution |
+//! | `NVTX_EVENTS` ranges (types 59, 60, 70, 71) | `annotation`, or `cpu_op` when the text names an operator (`aten::mm, seq = 3`) | `coalesce(text, StringIds[textId])` | domain in `args.domain`; marks (34) are `instant` |
+//! | `PROFILER_OVERHEAD` | `overhead` | `StringIds[nameId]` | |
+//!
+//! GPU rows get `pid` from `globalPid` (`(globalPid >> 24) & 0xFFFFFF`), host rows `pid`/`tid`
+//! from `globalTid`. Correlation ids are unique per process only, so GPU work is matched to the
+//! launch with the same correlation id in the same process. `op` is the innermost operator
+//! range and `scope` the innermost other NVTX range around the launch call; `step` comes from
+//! NVTX ranges whose text matches the step pattern ([`DEFAULT_STEP_PATTERN`]).
+//!
+//! Times stay on the capture's session timebase (what `nsys stats` prints), so `ts` is *not*
+//! epoch-based; the session's UTC start (`TARGET_INFO_SESSION_START_TIME.utcEpochNs`) is kept in
+//! the run metadata.
+
+use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch};
+use crate::trace::{ParsedTrace, TraceError};
+use datafusion::arrow::array::RecordBatch;
+use regex::Regex;
+use rusqlite::{Connection, OpenFlags};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+/// NVTX range texts that mark training steps: `ProfilerStep#12`, `step 12`, `Step_12`,
+/// `iteration_12`, `iter 12`, `train_step[12]`. The capture group is the step number.
+pub const DEFAULT_STEP_PATTERN: &str =
+    r"(?i)(?:profilerstep#|step|iteration|iter)[\s_#:=\[\(-]*(\d+)\]?\)?$";
+
+/// Rows per batch handed to the sink, and per rowid range read by one task.
+const BATCH_ROWS: i64 = 1 << 16;
+
+/// Options of the nsys adapter.
+#[derive(Debug, Clone)]
+pub struct NsysOptions {
+    /// NVTX range texts matching this pattern are steps; its first capture group is the number.
+    pub step_pattern: Regex,
+}
+
+impl Default for NsysOptions {
+    fn default() -> Self {
+        NsysOptions {
+            step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default step pattern"),
+        }
+    }
+}
+
+/// Checks a user-given step pattern: it must compile and have exactly one capture group.
+pub fn step_pattern(pattern: &str) -> Result<Regex, String> {
+    let re = Regex::new(pattern).map_err(|e| format!("invalid --step-pattern: {e}"))?;
+    if re.captures_len() != 2 {
+        return Err(format!(
+            "--step-pattern must have exactly one capture group (the step number), {pattern:?} has {}",
+            re.captures_len() - 1
+        ));
+    }
+    Ok(re)
+}
+
+fn sql_error(what: &str) -> impl Fn(rusqlite::Error) -> TraceError + '_ {
+    move |e| TraceError::whole(format!("{what}: {e}"))
+}
+
+fn open(path: &Path) -> Result<Connection, TraceError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql_error("cannot open the SQLite database"))?;
+    // A corrupt or truncated file is reported by the first read of a damaged page.
+    conn.pragma_update(None, "query_only", true)
+        .map_err(sql_error("cannot open the SQLite database"))?;
+    Ok(conn)
+}
+
+/// Columns of `table`, or None when the export has no such table.
+fn columns_of(conn: &Connection, table: &str) -> Result<Option<Vec<String>>, TraceError> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info(?1)")
+        .map_err(sql_error("cannot read the database schema"))?;
+    let cols: Vec<String> = stmt
+        .query_map([table], |r| r.get(0))
+        .and_then(|rows| rows.collect())
+        .map_err(sql_error("cannot read the database schema"))?;
+    Ok((!cols.is_empty()).then_some(cols))
+}
+
+/// A SELECT over `table` with `wanted` columns; absent optional ones read as NULL.
+struct Select {
+    table: &'static str,
+    sql_columns: String,
+}
+
+impl Select {
+    fn new(
+        conn: &Connection,
+        table: &'static str,
+        required: &[&str],
+        optional: &[&str],
+    ) -> Result<Option<Select>, TraceError> {
+        let Some(have) = columns_of(conn, table)? else {
+            return Ok(None);
+        };
+        let mut parts = Vec::new();
+        for c in required {
+            if !have.iter().any(|h| h == c) {
+                return Err(TraceError::whole(format!(
+                    "table {table} has no column {c} (columns: {}); is this an Nsight Systems export?",
+                    have.join(", ")
+                )));
+            }
+            parts.push(format!("\"{c}\""));
+        }
+        for c in optional {
+            if have.iter().any(|h| h == c) {
+                parts.push(format!("\"{c}\""));
+            } else {
+                parts.push("NULL".into());
+            }
+        }
+        Ok(Some(Select {
+            table,
+            sql_columns: parts.join(", "),
+        }))
+    }
+
+    fn rowid_range(&self, conn: &Connection) -> Result<Option<(i64, i64)>, TraceError> {
+        conn.query_row(
+            &format!("SELECT min(rowid), max(rowid) FROM \"{}\"", self.table),
+            [],
+            |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
+        )
+        .map_err(sql_error(self.table))
+    }
+
+    fn sql(&self) -> String {
+        format!(
+            "SELECT rowid, {} FROM \"{}\" WHERE rowid >= ?1 AND rowid < ?2",
+            self.sql_columns, self.table
+        )
+    }
+}
+
+/// `StringIds` as a dense table.
+struct Strings {
+    values: Vec<Option<String>>,
+    sparse: HashMap<i64, String>,
+}
+
+impl Strings {
+    fn load(conn: &Connection) -> Result<Strings, TraceError> {
+        let mut s = Strings {
+            values: Vec::new(),
+            sparse: HashMap::new(),
+        };
+        if columns_of(conn, "StringIds")?.is_none() {
+            return Ok(s);
+        }
+        let mut stmt = conn
+            .prepare("SELECT id, value FROM StringIds")
+            .map_err(sql_error("StringIds"))?;
+        let mut rows = stmt.query([]).map_err(sql_error("StringIds"))?;
+        while let Some(r) = rows.next().map_err(sql_error("StringIds"))? {
+            let id: i64 = r.get(0).map_err(sql_error("StringIds"))?;
+            let value: String = r.get(1).map_err(sql_error("StringIds"))?;
+            match usize::try_from(id) {
+                Ok(i) if i < 1 << 24 => {
+                    if s.values.len() <= i {
+                        s.values.resize(i + 1, None);
+                    }
+                    s.values[i] = Some(value);
+                }
+                _ => {
+                    s.sparse.insert(id, value);
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn get(&self, id: i64) -> Option<&str> {
+        match usize::try_from(id) {
+            Ok(i) if i < self.values.len() => self.values[i].as_deref(),
+            _ => self.sparse.get(&id).map(|s| s.as_str()),
+        }
+    }
+}
+
+/// `id -> label` of an ENUM table, with the documented values as fallback.
+fn enum_labels(
+    conn: &Connection,
+    table: &str,
+    fallback: &[(i64, &str)],
+) -> Result<HashMap<i64, String>, TraceError> {
+    let mut map: HashMap<i64, String> = fallback
+        .iter()
+        .map(|&(id, l)| (id, l.to_string()))
+        .collect();
+    if columns_of(conn, table)?.is_some_and(|c| c.iter().any(|c| c == "label")) {
+        let mut stmt = conn
+            .prepare(&format!("SELECT id, label FROM \"{table}\""))
+            .map_err(sql_error("enum table"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(sql_error("enum table"))?;
+        for row in rows {
+            if let (id, Some(label)) = row.map_err(sql_error("enum table"))? {
+                map.insert(id, label);
+            }
+        }
+    }
+    Ok(map)
+}
+
+const MEMCPY_OPER: &[(i64, &str)] = &[
+    (0, "Unknown"),
+    (1, "Host-to-Device"),
+    (2, "Device-to-Host"),
+    (3, "Host-to-Array"),
+    (4, "Array-to-Host"),
+    (5, "Array-to-Array"),
+    (6, "Array-to-Device"),
+    (7, "Device-to-Array"),
+    (8, "Device-to-Device"),
+    (9, "Host-to-Host"),
+    (10, "Peer-to-Peer"),
+    (11, "Unified Host-to-Device"),
+    (12, "Unified Device-to-Host"),
+    (13, "Unified Device-to-Device"),
+];
+
+/// `copy_kind` codes, by `ENUM_CUDA_MEMCPY_OPER` id (Kineto's spelling).
+fn copy_code(kind: i64) -> &'static str {
+    match kind {
+        1 => "HtoD",
+        2 => "DtoH",
+        3 => "HtoA",
+        4 => "AtoH",
+        5 => "AtoA",
+        6 => "AtoD",
+        7 => "DtoA",
+        8 => "DtoD",
+        9 => "HtoH",
+        10 => "PtoP",
+        11 => "UM HtoD",
+        12 => "UM DtoH",
+        13 => "UM DtoD",
+        _ => "Unknown",
+    }
+}
+
+/// nsys numbering (CUPTI's minus one; CUPTI's 0 is nsys's 7).
+const MEM_KIND: &[(i64, &str)] = &[
+    (0, "Pageable"),
+    (1, "Pinned"),
+    (2, "Device"),
+    (3, "Array"),
+    (4, "Managed"),
+    (5, "Device Static"),
+    (6, "Managed Static"),
+    (7, "Unknown"),
+];
+
+fn sync_name(sync_type: Option<i64>) -> &'static str {
+    match sync_type {
+        Some(1) => "Event Sync",
+        Some(2) => "Stream Wait Event",
+        Some(3) => "Stream Sync",
+        Some(4) => "Context Sync",
+        _ => "Unknown Sync",
+    }
+}
+
+/// nsys's API name rule (`cuda_api_sum`): drop a `_v` + exactly 4 digits suffix, so
+/// `cudaLaunchKernel_v7000` -> `cudaLaunchKernel` but `cudaLaunchKernelExC_v11060` stays.
+pub fn api_display_name(raw: &str) -> &str {
+    let b = raw.as_bytes();
+    let n = b.len();
+    if n > 6 && b[n - 6] == b'_' && b[n - 5] == b'v' && b[n - 4..].iter().all(u8::is_ascii_digit) {
+        return &raw[..n - 6];
+    }
+    raw
+}
+
+fn pid_of(global: i64) -> i64 {
+    (global >> 24) & 0xFF_FFFF
+}
+
+fn tid_of(global: i64) -> i64 {
+    global & 0xFF_FFFF
+}
+
+/// An NVTX text that names an operator (PyTorch's `emit_nvtx`: `aten::mm, seq = 3, ...`):
+/// the operator part, else None.
+fn operator_name(text: &str) -> Option<&str> {
+    let head = text.split(',').next().unwrap_or(text).trim();
+    let (ns, rest) = head.split_once("::")?;
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.')
+    };
+    (ident(ns) && ident(rest)).then_some(head)
+}
+
+/// What one reading task produced.
+#[derive(Default)]
+struct Part {
+    batches: Vec<RecordBatch>,
+    host: HostStructure,
+    events: u64,
+    kernels: u64,
+    warnings: BTreeMap<String, u64>,
+}
+
+/// Shared, read-only context of the reading tasks.
+struct Context<'a> {
+    path: &'a Path,
+    strings: Strings,
+    memcpy_oper: HashMap<i64, String>,
+    mem_kind: HashMap<i64, String>,
+    /// `(pid, domainId) -> domain name`.
+    domains: HashMap<(i64, i64), String>,
+    step_pattern: &'a Regex,
+}
+
+/// One table to read, and how to turn its rows into events.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Source {
+    Kernel,
+    Memcpy,
+    Memset,
+    Sync,
+    Runtime,
+    Nvtx,
+    Overhead,
+}
+
+impl Source {
+    fn select(self, conn: &Connection) -> Result<Option<Select>, TraceError> {
+        const GPU: [&str; 5] = ["start", "end", "deviceId", "streamId", "globalPid"];
+        match self {
+            Source::Kernel => Select::new(
+                conn,
+                "CUPTI_ACTIVITY_KIND_KERNEL",
+                &GPU,
+                &[
+                    "correlationId",
+                    "demangledName",
+                    "shortName",
+                    "contextId",
+                    "registersPerThread",
+                    "gridX",
+                    "gridY",
+                    "gridZ",
+                    "blockX",
+                    "blockY",
+                    "blockZ",
+                    "staticSharedMemory",
+                    "dynamicSharedMemory",
+                    "graphNodeId",
+                    "greenContextId",
+                ],
+            ),
+            Source::Memcpy => Select::new(
+                conn,
+                "CUPTI_ACTIVITY_KIND_MEMCPY",
+                &GPU,
+                &[
+                    "correlationId",
+                    "bytes",
+                    "copyKind",
+                    "srcKind",
+                    "dstKind",
+                    "contextId",
+                    "srcDeviceId",
+                    "dstDeviceId",
+                ],
+            ),
+            Source::Memset => Select::new(
+                conn,
+                "CUPTI_ACTIVITY_KIND_MEMSET",
+                &GPU,
+                &["correlationId", "bytes", "memKind", "contextId", "value"],
+            ),
+            Source::Sync => Select::new(
+                conn,
+                "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+                &GPU,
+                &["correlationId", "syncType", "contextId"],
+            ),
+            Source::Runtime => Select::new(
+                conn,
+                "CUPTI_ACTIVITY_KIND_RUNTIME",
+                &["start", "end", "nameId"],
+                &["eventClass", "globalTid", "correlationId", "returnValue"],
+            ),
+            Source::Nvtx => Select::new(
+                conn,
+                "NVTX_EVENTS",
+                &["start", "eventType"],
+                &["end", "text", "textId", "globalTid", "domainId", "category"],
+            ),
+            Source::Overhead => Select::new(
+                conn,
+                "PROFILER_OVERHEAD",
+                &["start", "end"],
+                &["globalTid", "nameId"],
+            ),
+        }
+    }
+}
+
+/// Reads rows `[lo, hi)` of one table.
+fn read_range(
+    ctx: &Context<'_>,
+    source: Source,
+    sql: &str,
+    table: &'static str,
+    lo: i64,
+    hi: i64,
+) -> Result<Part, TraceError> {
+    let conn = open(ctx.path)?;
+    let mut stmt = conn.prepare(sql).map_err(sql_error(table))?;
+    let mut rows = stmt.query([lo, hi]).map_err(sql_error(table))?;
+    let mut part = Part::default();
+    let mut cols = EventColumns::with_capacity((hi - lo).clamp(0, BATCH_ROWS) as usize);
+    let mut args = String::new();
+    let int = |r: &rusqlite::Row<'_>, i: usize| -> Result<Option<i64>, TraceError> {
+        r.get::<_, Option<i64>>(i).map_err(|e| {
+            let row = r.get::<_, i64>(0).unwrap_or(-1);
+            TraceError::at_row(table, row, format!("column {i}: {e}"))
+        })
+    };
+    let text = |r: &rusqlite::Row<'_>, i: usize| -> Result<Option<String>, TraceError> {
+        match r.get_ref(i) {
+            Ok(rusqlite::types::ValueRef::Null) => Ok(None),
+            Ok(rusqlite::types::ValueRef::Text(t)) => {
+                Ok(Some(String::from_utf8_lossy(t).into_owned()))
+            }
+            Ok(v) => Ok(Some(match v {
+                rusqlite::types::ValueRef::Integer(i) => i.to_string(),
+                rusqlite::types::ValueRef::Real(f) => f.to_string(),
+                _ => String::new(),
+            })),
+            Err(e) => Err(TraceError::at_row(table, -1, e.to_string())),
+        }
+    };
+    while let Some(r) = rows.next().map_err(sql_error(table))? {
+        let rowid = int(r, 0)?.unwrap_or(-1);
+        let bad = |m: &str| TraceError::at_row(table, rowid, m.to_string());
+        let start = int(r, 1)?.ok_or_else(|| bad("start is NULL"))?;
+        match source {
+            Source::Kernel | Source::Memcpy | Source::Memset | Source::Sync => {
+                let end = int(r, 2)?.ok_or_else(|| bad("end is NULL"))?;
+                let device = int(r, 3)?.map(|d| d as i32);
+                let stream = int(r, 4)?;
+                let pid = int(r, 5)?.map(pid_of);
+                let correlation = int(r, 6)?;
+                let dur = end - start;
+                if dur < 0 {
+                    *part
+                        .warnings
+                        .entry("negative durations (end before start; kept as-is)".into())
+                        .or_default() += 1;
+                }
+                let mut e = Event {
+                    device,
+                    stream,
+                    pid,
+                    ts: start,
+                    dur,
+                    correlation,
+                    ..Default::default()
+                };
+                args.clear();
+                let kind;
+                let name_owned;
+                match source {
+                    Source::Kernel => {
+                        kind = Kind::Kernel;
+                        part.kernels += 1;
+                        let demangled = int(r, 7)?;
+                        let short = int(r, 8)?;
+                        let name_id = demangled.or(short).ok_or_else(|| bad("no kernel name"))?;
+                        e.name = ctx.strings.get(name_id).unwrap_or("<unknown kernel>");
+                        e.registers = int(r, 10)?.map(|v| v as i32);
+                        for k in 0..3 {
+                            e.grid[k] = int(r, 11 + k)?.map(|v| v as i32);
+                            e.block[k] = int(r, 14 + k)?.map(|v| v as i32);
+                        }
+                        let (s, d) = (int(r, 17)?, int(r, 18)?);
+                        e.shared_mem = match (s, d) {
+                            (None, None) => None,
+                            (s, d) => Some(s.unwrap_or(0) + d.unwrap_or(0)),
+                        };
+                        args.push('{');
+                        if let Some(short) = short.and_then(|id| ctx.strings.get(id)) {
+                            args.push_str("\"short_name\":");
+                            push_json_str(&mut args, short);
+                            args.push(',');
+                        }
+                        push_int_field(&mut args, "context", int(r, 9)?);
+                        push_int_field(&mut args, "static_shared_mem", s);
+                        push_int_field(&mut args, "dynamic_shared_mem", d);
+                        push_int_field(&mut args, "graph_node", int(r, 19)?);
+                        push_int_field(&mut args, "green_context", int(r, 20)?);
+                    }
+                    Source::Memcpy => {
+                        kind = Kind::Memcpy;
+                        e.bytes = int(r, 7)?;
+                        let copy = int(r, 8)?.unwrap_or(0);
+                        e.copy_kind = Some(copy_code(copy));
+                        let label = ctx
+                            .memcpy_oper
+                            .get(&copy)
+                            .map(|s| s.as_str())
+                            .unwrap_or("Unknown");
+                        name_owned = format!("[CUDA memcpy {label}]");
+                        e.name = &name_owned;
+                        args.push('{');
+                        for (key, col) in [("src_kind", 9), ("dst_kind", 10)] {
+                            if let Some(l) = int(r, col)?.and_then(|k| ctx.mem_kind.get(&k)) {
+                                let _ = write!(args, "\"{key}\":");
+                                push_json_str(&mut args, l);
+                                args.push(',');
+                            }
+                        }
+                        push_int_field(&mut args, "context", int(r, 11)?);
+                        push_int_field(&mut args, "src_device", int(r, 12)?);
+                        push_int_field(&mut args, "dst_device", int(r, 13)?);
+                    }
+                    Source::Memset => {
+                        kind = Kind::Memset;
+                        e.bytes = int(r, 7)?;
+                        e.name = "[CUDA memset]";
+                        args.push('{');
+                        if let Some(l) = int(r, 8)?.and_then(|k| ctx.mem_kind.get(&k)) {
+                            args.push_str("\"mem_kind\":");
+                            push_json_str(&mut args, l);
+                            args.push(',');
+                        }
+                        push_int_field(&mut args, "context", int(r, 9)?);
+                        push_int_field(&mut args, "value", int(r, 10)?);
+                    }
+                    _ => {
+                        kind = Kind::Sync;
+                        e.name = sync_name(int(r, 7)?);
+                        args.push('{');
+                        push_int_field(&mut args, "context", int(r, 8)?);
+                    }
+                }
+                finish_args(&mut args);
+                e.args = (!args.is_empty()).then_some(args.as_str());
+                cols.push(kind, &e);
+            }
+            Source::Runtime => {
+                let end = int(r, 2)?.ok_or_else(|| bad("end is NULL"))?;
+                let name_id = int(r, 3)?.ok_or_else(|| bad("nameId is NULL"))?;
+                let raw = ctx.strings.get(name_id).unwrap_or("<unknown API>");
+                let kind = match int(r, 4)? {
+                    Some(1) => Kind::Driver,
+                    _ => Kind::Runtime,
+                };
+                let global = int(r, 5)?;
+                let (pid, tid) = (global.map(pid_of), global.map(tid_of));
+                let correlation = int(r, 6)?;
+                let name = api_display_name(raw);
+                args.clear();
+                args.push('{');
+                if name.len() != raw.len() {
+                    args.push_str("\"api\":");
+                    push_json_str(&mut args, raw);
+                    args.push(',');
+                }
+                if let Some(v) = int(r, 7)?.filter(|&v| v != 0) {
+                    push_int_field(&mut args, "return", Some(v));
+                }
+                finish_args(&mut args);
+                cols.push(
+                    kind,
+                    &Event {
+                        pid,
+                        tid,
+                        name,
+                        ts: start,
+                        dur: end - start,
+                        correlation,
+                        args: (!args.is_empty()).then_some(args.as_str()),
+                        ..Default::default()
+                    },
+                );
+                part.host.extend_host_span(start, end);
+                if let (Some(c), Some(p), Some(t)) = (correlation, pid, tid) {
+                    let thread = part.host.threads.intern(p, t);
+                    part.host.launches.push(Launch {
+                        correlation: c,
+                        ts: start,
+                        thread,
+                    });
+                }
+            }
+            Source::Nvtx => {
+                let event_type = int(r, 2)?.unwrap_or(-1);
+                let is_range = matches!(event_type, 59 | 60 | 70 | 71);
+                if !is_range && event_type != 34 {
+                    continue; // domain/category/thread naming rows
+                }
+                let end = int(r, 3)?;
+                let text_value = match text(r, 4)? {
+                    Some(t) => Some(t),
+                    None => int(r, 5)?
+                        .and_then(|id| ctx.strings.get(id))
+                        .map(str::to_string),
+                };
+                let name = text_value.as_deref().unwrap_or("");
+                let global = int(r, 6)?;
+                let (pid, tid) = (global.map(pid_of), global.map(tid_of));
+                args.clear();
+                args.push('{');
+                if let (Some(p), Some(d)) = (pid, int(r, 7)?) {
+                    if let Some(domain) = ctx.domains.get(&(p, d)) {
+                        args.push_str("\"domain\":");
+                        push_json_str(&mut args, domain);
+                        args.push(',');
+                    }
+                }
+                push_int_field(&mut args, "category", int(r, 8)?);
+                finish_args(&mut args);
+                let (kind, dur) = match (is_range, end) {
+                    (false, _) => (Kind::Instant, 0),
+                    (true, Some(end)) => {
+                        let operator = operator_name(name);
+                        let thread = part.host.threads.intern(pid.unwrap_or(0), tid.unwrap_or(0));
+                        let interval_name = part.host.names.intern(operator.unwrap_or(name));
+                        part.host.intervals.push(HostInterval::new(
+                            thread,
+                            start,
+                            end,
+                            interval_name,
+                            operator.is_none(),
+                        ));
+                        if let Some(step) = ctx
+                            .step_pattern
+                            .captures(name)
+                            .and_then(|c| c.get(1))
+                            .and_then(|m| m.as_str().parse::<i64>().ok())
+                        {
+                            part.host.steps.push((start, end, step));
+                        }
+                        part.host.extend_host_span(start, end);
+                        let kind = if operator.is_some() {
+                            Kind::CpuOp
+                        } else {
+                            Kind::Annotation
+                        };
+                        (kind, end - start)
+                    }
+                    (true, None) => {
+                        *part
+                            .warnings
+                            .entry("NVTX ranges without an end (stored with dur 0)".into())
+                            .or_default() += 1;
+                        (Kind::Annotation, 0)
+                    }
+                };
+                cols.push(
+                    kind,
+                    &Event {
+                        pid,
+                        tid,
+                        name,
+                        ts: start,
+                        dur,
+                        args: (!args.is_empty()).then_some(args.as_str()),
+                        ..Default::default()
+                    },
+                );
+            }
+            Source::Overhead => {
+                let end = int(r, 2)?.ok_or_else(|| bad("end is NULL"))?;
+                let global = int(r, 3)?;
+                let name = int(r, 4)?
+                    .and_then(|id| ctx.strings.get(id))
+                    .unwrap_or("profiler overhead");
+                cols.push(
+                    Kind::Overhead,
+                    &Event {
+                        pid: global.map(pid_of),
+                        tid: global.map(tid_of),
+                        name,
+                        ts: start,
+                        dur: end - start,
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        part.events += 1;
+    }
+    if !cols.is_empty() {
+        part.batches.push(cols.finish());
+    }
+    Ok(part)
+}
+
+fn push_json_str(out: &mut String, s: &str) {
+    // serde_json's string escaping, without building a Value.
+    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+}
+
+fn push_int_field(out: &mut String, key: &str, v: Option<i64>) {
+    if let Some(v) = v {
+        let _ = write!(out, "\"{key}\":{v},");
+    }
+}
+
+/// Closes an args object started with `{`; an empty object becomes the empty string.
+fn finish_args(args: &mut String) {
+    if args == "{" {
+        args.clear();
+    } else if args.ends_with(',') {
+        args.pop();
+        args.push('}');
+    } else {
+        args.push('}');
+    }
+}
+
+/// Parses an Nsight Systems SQLite export. `progress` gets the fraction of rows read (0..=1).
+pub fn parse(
+    path: &Path,
+    opts: &NsysOptions,
+    progress: &(dyn Fn(f64) + Sync),
+    sink: &mut crate::trace::EventSink<'_>,
+) -> Result<ParsedTrace, TraceError> {
+    let conn = open(path)?;
+    let is_nsys = columns_of(&conn, "StringIds")?.is_some()
+        && (columns_of(&conn, "META_DATA_EXPORT")?.is_some()
+            || columns_of(&conn, "CUPTI_ACTIVITY_KIND_RUNTIME")?.is_some()
+            || columns_of(&conn, "NVTX_EVENTS")?.is_some());
+    if !is_nsys {
+        return Err(TraceError::whole(
+            "a SQLite database, but not an Nsight Systems export (no StringIds / META_DATA_EXPORT / CUPTI tables)",
+        ));
+    }
+    let ctx = Context {
+        path,
+        strings: Strings::load(&conn)?,
+        memcpy_oper: enum_labels(&conn, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_OPER)?,
+        mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
+        domains: domains(&conn)?,
+        step_pattern: &opts.step_pattern,
+    };
+    let mut trace = ParsedTrace {
+        epoch_time: false,
+        top_level: metadata(&conn, &ctx.strings)?,
+        ..Default::default()
+    };
+    // Cut every table into rowid ranges; read them on all cores.
+    let mut tasks: Vec<(Source, String, &'static str, i64, i64)> = Vec::new();
+    for source in [
+        Source::Kernel,
+        Source::Memcpy,
+        Source::Memset,
+        Source::Sync,
+        Source::Runtime,
+        Source::Nvtx,
+        Source::Overhead,
+    ] {
+        let Some(select) = source.select(&conn)? else {
+            continue;
+        };
+        let Some((lo, hi)) = select.rowid_range(&conn)? else {
+            continue;
+        };
+        let sql = select.sql();
+        let mut a = lo;
+        while a <= hi {
+            let b = a.saturating_add(BATCH_ROWS).min(hi.saturating_add(1));
+            tasks.push((source, sql.clone(), select.table, a, b));
+            a = b;
+        }
+    }
+    drop(conn);
+    let total: i64 = tasks.iter().map(|t| t.4 - t.3).sum::<i64>().max(1);
+    let done = AtomicU64::new(0);
+    let (tx, rx) = mpsc::sync_channel::<Result<Part, TraceError>>(2 * rayon::current_num_threads());
+    let mut outcome: Result<(), TraceError> = Ok(());
+    std::thread::scope(|scope| {
+        let ctx = &ctx;
+        let done = &done;
+        let tasks = &tasks;
+        scope.spawn(move || {
+            use rayon::prelude::*;
+            // Keep task order so batches arrive roughly sorted; the channel bounds memory.
+            let _ = tasks.par_iter().try_for_each_with(tx, |tx, t| {
+                let part = read_range(ctx, t.0, &t.1, t.2, t.3, t.4);
+                let failed = part.is_err();
+                done.fetch_add((t.4 - t.3) as u64, Ordering::Relaxed);
+                progress(done.load(Ordering::Relaxed) as f64 / total as f64);
+                if tx.send(part).is_err() || failed {
+                    return Err(());
+                }
+                Ok(())
+            });
+        });
+        for part in rx.iter() {
+            if outcome.is_err() {
+                continue;
+            }
+            match part {
+                Ok(p) => {
+                    trace.events += p.events;
+                    trace.kernels += p.kernels;
+                    for (k, v) in p.warnings {
+                        *trace.warnings.entry(k).or_default() += v;
+                    }
+                    trace.host.absorb(p.host);
+                    for b in p.batches {
+                        if let Err(e) = sink(b) {
+                            outcome = Err(TraceError::whole(format!(
+                                "cannot keep the parsed events: {e}"
+                            )));
+                            break;
+                        }
+                    }
+                }
+                Err(e) => outcome = Err(e),
+            }
+        }
+    });
+    outcome?;
+    trace.host.correlation_per_process = true;
+    Ok(trace)
+}
+
+/// `(pid, domainId) -> name` from the NvtxDomainCreate (type 75) rows.
+fn domains(conn: &Connection) -> Result<HashMap<(i64, i64), String>, TraceError> {
+    let mut map = HashMap::new();
+    let Some(cols) = columns_of(conn, "NVTX_EVENTS")? else {
+        return Ok(map);
+    };
+    if !["domainId", "text", "globalTid"]
+        .iter()
+        .all(|c| cols.iter().any(|h| h == c))
+    {
+        return Ok(map);
+    }
+    let mut stmt = conn
+        .prepare("SELECT globalTid, domainId, text FROM NVTX_EVENTS WHERE eventType = 75")
+        .map_err(sql_error("NVTX_EVENTS"))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, Option<i64>>(0)?,
+                r.get::<_, Option<i64>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+            ))
+        })
+        .map_err(sql_error("NVTX_EVENTS"))?;
+    for row in rows {
+        if let (Some(g), Some(d), Some(t)) = row.map_err(sql_error("NVTX_EVENTS"))? {
+            map.insert((pid_of(g), d), t);
+        }
+    }
+    Ok(map)
+}
+
+/// Run metadata: export and capture metadata, session start, processes, GPUs (as
+/// `deviceProperties`, which the driver reads for device names).
+fn metadata(
+    conn: &Connection,
+    strings: &Strings,
+) -> Result<serde_json::Map<String, serde_json::Value>, TraceError> {
+    use serde_json::{json, Map, Value};
+    let mut top = Map::new();
+    let name_value = |table: &str| -> Result<Option<Value>, TraceError> {
+        if columns_of(conn, table)?.is_none() {
+            return Ok(None);
+        }
+        let mut stmt = conn
+            .prepare(&format!("SELECT name, value FROM \"{table}\""))
+            .map_err(sql_error(table))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(sql_error(table))?;
+        let mut m = Map::new();
+        for row in rows {
+            let (k, v) = row.map_err(sql_error(table))?;
+            m.insert(k, v.map(Value::String).unwrap_or(Value::Null));
+        }
+        Ok(Some(Value::Object(m)))
+    };
+    let mut nsys = Map::new();
+    if let Some(v) = name_value("META_DATA_EXPORT")? {
+        nsys.insert("export".into(), v);
+    }
+    if let Some(v) = name_value("META_DATA_CAPTURE")? {
+        nsys.insert("capture".into(), v);
+    }
+    if columns_of(conn, "TARGET_INFO_SESSION_START_TIME")?.is_some() {
+        let start = conn
+            .query_row(
+                "SELECT utcEpochNs, utcTime FROM TARGET_INFO_SESSION_START_TIME",
+                [],
+                |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?)),
+            )
+            .ok();
+        if let Some((ns, text)) = start {
+            nsys.insert("session_start_utc_ns".into(), json!(ns));
+            nsys.insert("session_start_utc".into(), json!(text));
+        }
+    }
+    if columns_of(conn, "PROCESSES")?.is_some() {
+        let mut stmt = conn
+            .prepare("SELECT pid, name FROM PROCESSES ORDER BY pid")
+            .map_err(sql_error("PROCESSES"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(sql_error("PROCESSES"))?;
+        let mut list = Vec::new();
+        for row in rows {
+            let (pid, name) = row.map_err(sql_error("PROCESSES"))?;
+            list.push(json!({"pid": pid, "name": name}));
+        }
+        nsys.insert("processes".into(), Value::Array(list));
+    }
+    if let Some(cols) = columns_of(conn, "TARGET_INFO_GPU")? {
+        let want = [
+            "id",
+            "name",
+            "totalMemory",
+            "smCount",
+            "computeMajor",
+            "computeMinor",
+            "busLocation",
+            "uuid",
+        ];
+        let present: Vec<&str> = want
+            .iter()
+            .copied()
+            .filter(|c| cols.iter().any(|h| h == c))
+            .collect();
+        if present.contains(&"id") {
+            let sql = format!(
+                "SELECT {} FROM TARGET_INFO_GPU",
+                present
+                    .iter()
+                    .map(|c| format!("\"{c}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let mut stmt = conn.prepare(&sql).map_err(sql_error("TARGET_INFO_GPU"))?;
+            let mut rows = stmt.query([]).map_err(sql_error("TARGET_INFO_GPU"))?;
+            let mut gpus = Vec::new();
+            while let Some(r) = rows.next().map_err(sql_error("TARGET_INFO_GPU"))? {
+                let mut g = Map::new();
+                for (i, c) in present.iter().enumerate() {
+                    let v: Value = match r.get_ref(i).map_err(sql_error("TARGET_INFO_GPU"))? {
+                        rusqlite::types::ValueRef::Integer(n) => json!(n),
+                        rusqlite::types::ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
+                        rusqlite::types::ValueRef::Real(f) => json!(f),
+                        _ => Value::Null,
+                    };
+                    g.insert((*c).to_string(), v);
+                }
+                gpus.push(Value::Object(g));
+            }
+            top.insert("deviceProperties".into(), Value::Array(gpus));
+        }
+    }
+    let _ = strings;
+    top.insert("nsys".into(), Value::Object(nsys));
+    Ok(top)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_drop_a_four_digit_version_suffix_only() {
+        assert_eq!(
+            api_display_name("cudaLaunchKernel_v7000"),
+            "cudaLaunchKernel"
+        );
+        assert_eq!(api_display_name("cudaMemcpyAsync_v3020"), "cudaMemcpyAsync");
+        assert_eq!(
+            api_display_name("cudaLaunchKernelExC_v11060"),
+            "cudaLaunchKernelExC_v11060"
+        );
+        assert_eq!(
+            api_display_name("cudaGetDeviceProperties_v2_v12000"),
+            "cudaGetDeviceProperties_v2_v12000"
+        );
+        assert_eq!(api_display_name("cuLaunchKernel"), "cuLaunchKernel");
+        assert_eq!(api_display_name("_v1234"), "_v1234");
+    }
+
+    #[test]
+    fn operator_ranges_are_recognised() {
+        assert_eq!(
+            operator_name("aten::mm, seq = 3, sizes = [[2, 3]]"),
+            Some("aten::mm")
+        );
+        assert_eq!(operator_name("aten::add_"), Some("aten::add_"));
+        assert_eq!(operator_name("forward"), None);
+        assert_eq!(operator_name("ProfilerStep#3"), None);
+        assert_eq!(operator_name("a b::c"), None);
+    }
+
+    #[test]
+    fn default_step_pattern_covers_the_usual_forms() {
+        let re = NsysOptions::default().step_pattern;
+        let step = |s: &str| {
+            re.captures(s)
+                .and_then(|c| c.get(1))
+                .map(|m| m.as_str().parse::<i64>().unwrap())
+        };
+        assert_eq!(step("ProfilerStep#12"), Some(12));
+        assert_eq!(step("step 12"), Some(12));
+        assert_eq!(step("Step_7"), Some(7));
+        assert_eq!(step("iteration_12"), Some(12));
+        assert_eq!(step("train_step[12]"), Some(12));
+        assert_eq!(step("iter 3"), Some(3));
+        assert_eq!(step("forward"), None);
+        assert_eq!(step("aten::mm"), None);
+        assert!(step_pattern("(\\d+)").is_ok());
+        assert!(step_pattern("\\d+").is_err());
+        assert!(step_pattern("(").is_err());
+    }
+}

@@ -1,0 +1,204 @@
+//! Every real Nsight Systems export in `../shared/traces/nsys/` ingests, and per-name kernel,
+//! memory-operation and CUDA API statistics equal NVIDIA's own `nsys stats` output
+//! (`golden/<fixture>/cuda_gpu_kern_sum.csv`, `cuda_gpu_mem_time_sum.csv`, `cuda_api_sum.csv`)
+//! row for row, exact to the ns.
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use gpuq_engine::{RunId, Store};
+use gpuq_ingest::{IngestOptions, NoProgress};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `name -> (count, total, min, max)`.
+type Stats = BTreeMap<String, (i64, i64, i64, i64)>;
+
+/// Reads a golden CSV into name -> (count, total, min, max), from the named columns.
+fn golden(path: &Path, name_col: &str, count_col: &str) -> Stats {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let headers = r.headers().unwrap().clone();
+    let col = |h: &str| {
+        headers
+            .iter()
+            .position(|x| x == h)
+            .unwrap_or_else(|| panic!("{}: no column {h}", path.display()))
+    };
+    let (n, c, t, lo, hi) = (
+        col(name_col),
+        col(count_col),
+        col("Total Time (ns)"),
+        col("Min (ns)"),
+        col("Max (ns)"),
+    );
+    let mut out = Stats::new();
+    for rec in r.records() {
+        let rec = rec.unwrap();
+        let int = |i: usize| rec[i].parse::<i64>().unwrap();
+        let prev = out.insert(rec[n].to_string(), (int(c), int(t), int(lo), int(hi)));
+        assert!(
+            prev.is_none(),
+            "{}: duplicate name {}",
+            path.display(),
+            &rec[n]
+        );
+    }
+    out
+}
+
+async fn stats(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Stats {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut out = Stats::new();
+    for b in batches {
+        let name = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
+        let name = name.as_string::<i32>();
+        let ints: Vec<_> = (1..5)
+            .map(|i| datafusion::arrow::compute::cast(b.column(i), &DataType::Int64).unwrap())
+            .collect();
+        for row in 0..b.num_rows() {
+            let v = |i: usize| ints[i].as_primitive::<Int64Type>().value(row);
+            assert!(!name.is_null(row));
+            out.insert(name.value(row).to_string(), (v(0), v(1), v(2), v(3)));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_real_nsys_export_matches_nsys_stats() {
+    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
+        eprintln!(
+            "SKIPPED: ../shared/traces/nsys not found; real Nsight Systems checks did not run"
+        );
+        return;
+    };
+    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .collect();
+    fixtures.sort();
+    assert_eq!(fixtures.len(), 7, "expected the 7 shared nsys exports");
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let mut compared = 0;
+    for (i, file) in fixtures.iter().enumerate() {
+        let run = format!("n{i}");
+        let opts = IngestOptions {
+            run: Some(RunId::new(&run).unwrap()),
+            ..Default::default()
+        };
+        gpuq_ingest::ingest(&store, std::slice::from_ref(file), &opts, &NoProgress)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let g = dir.join("golden").join(&stem);
+        let q = |view: &str| {
+            format!(
+                "SELECT name, count(*), sum(dur), min(dur), max(dur) FROM {view} \
+                 WHERE run = '{run}' GROUP BY name"
+            )
+        };
+        let want = golden(&g.join("cuda_gpu_kern_sum.csv"), "Name", "Instances");
+        assert!(!want.is_empty(), "{stem}: golden kernel summary is empty");
+        assert_eq!(stats(&ctx, &q("kernels")).await, want, "{stem}: kernels");
+        let want = golden(&g.join("cuda_gpu_mem_time_sum.csv"), "Operation", "Count");
+        let got = stats(
+            &ctx,
+            &format!(
+                "SELECT name, count(*), sum(dur), min(dur), max(dur) FROM events \
+                 WHERE run = '{run}' AND kind IN ('memcpy', 'memset') GROUP BY name"
+            ),
+        )
+        .await;
+        assert_eq!(got, want, "{stem}: memory operations");
+        let want = golden(&g.join("cuda_api_sum.csv"), "Name", "Num Calls");
+        assert_eq!(
+            stats(&ctx, &q("runtime")).await,
+            want,
+            "{stem}: CUDA API calls"
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 7);
+}
+
+#[tokio::test]
+async fn nsys_gpu_work_is_attributed_to_its_launch_in_the_same_process() {
+    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
+        eprintln!("SKIPPED: ../shared/traces/nsys not found");
+        return;
+    };
+    // Two processes (ranks) in one export: correlation ids repeat across them.
+    let file = dir.join("nsysai_h100_2gpu_1s.sqlite");
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    gpuq_ingest::ingest(&store, &[file], &IngestOptions::default(), &NoProgress).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    // A kernel joined to the runtime call with its correlation id in its own process has
+    // that call's step, op and scope (attribution went to the right process's launch).
+    let sql = "SELECT count(*) AS n, count(DISTINCT k.pid) AS pids, \
+               sum(CASE WHEN (k.step IS NOT DISTINCT FROM r.step) AND (k.op IS NOT DISTINCT FROM r.op) \
+               AND (k.scope IS NOT DISTINCT FROM r.scope) THEN 1 ELSE 0 END) AS same, \
+               count(k.op) AS with_op \
+               FROM kernels k JOIN runtime r \
+               ON k.run = r.run AND k.correlation = r.correlation AND k.pid = r.pid";
+    let b = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let n = b[0].column(0).as_primitive::<Int64Type>().value(0);
+    let pids = b[0].column(1).as_primitive::<Int64Type>().value(0);
+    let same = b[0].column(2).as_primitive::<Int64Type>().value(0);
+    let with_op = b[0].column(3).as_primitive::<Int64Type>().value(0);
+    // Independently, in SQLite: kernels with a runtime call of the same correlation id in
+    // the same process (matching on correlation id alone would pair more).
+    let db = rusqlite::Connection::open(dir.join("nsysai_h100_2gpu_1s.sqlite")).unwrap();
+    let count = |sql: &str| db.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    let want = count(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE EXISTS (SELECT 1 FROM \
+         CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId \
+         AND (r.globalTid & 0xFFFFFFFFFF000000) = k.globalPid)",
+    );
+    let any_process = count(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE EXISTS (SELECT 1 FROM \
+         CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId)",
+    );
+    assert!(
+        any_process > want,
+        "the fixture has cross-process id collisions"
+    );
+    assert_eq!(
+        n, want,
+        "kernels joined to their launch in their own process"
+    );
+    assert_eq!(pids, 2);
+    assert_eq!(same, n, "a kernel's step, op and scope are its launch's");
+    // This export's NVTX ranges are all PyTorch operators (`aten::view, op_id = 314290`).
+    let enclosed = count(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r \
+         ON r.correlationId = k.correlationId AND (r.globalTid & 0xFFFFFFFFFF000000) = k.globalPid \
+         WHERE EXISTS (SELECT 1 FROM NVTX_EVENTS e WHERE e.globalTid = r.globalTid \
+         AND e.start <= r.start AND e.end > r.start AND e.eventType IN (59, 60, 70, 71))",
+    );
+    assert!(enclosed > 0);
+    assert_eq!(
+        with_op, enclosed,
+        "kernels whose launch is inside an operator range"
+    );
+    let b = ctx
+        .sql("SELECT count(*) FROM kernels WHERE op LIKE 'aten::%' AND op NOT LIKE '%,%'")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        b[0].column(0).as_primitive::<Int64Type>().value(0),
+        with_op,
+        "op is the bare operator name"
+    );
+    // Kernels of each process carry their process's GPU.
+    let sql = "SELECT count(DISTINCT device) FROM kernels GROUP BY pid";
+    let b = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    for batch in b {
+        let c = batch.column(0).as_primitive::<Int64Type>();
+        assert!(c.iter().all(|v| v == Some(1)), "one GPU per process");
+    }
+}
