@@ -121,8 +121,13 @@ fn epoch_timestamps_take_their_unit_from_the_magnitude() {
     assert_eq!(epoch_to_ns("1796205600123456"), Ok(T0 + 123_456_000));
     assert_eq!(epoch_to_ns("1796205600123456.789"), Ok(T0 + 123_456_789));
     assert_eq!(epoch_to_ns("1796205600123456789"), Ok(T0 + 123_456_789));
-    assert_eq!(epoch_to_ns("99999999999"), Ok(99_999_999_999_000_000));
+    // Just below 10^11 is still seconds (too far in the future for i64 ns); 10^11 is ms.
+    assert!(epoch_to_ns("99999999999")
+        .unwrap_err()
+        .contains("out of range"));
     assert_eq!(epoch_to_ns("100000000000"), Ok(100_000_000_000_000_000));
+    assert_eq!(epoch_to_ns("9223372036.854775807"), Ok(i64::MAX));
+    assert!(epoch_to_ns("9223372036.854775808").is_err());
     assert!(epoch_to_ns("1796205600.1234567891").is_err());
     assert!(epoch_to_ns("1796205600123456789.5").is_err());
     assert!(epoch_to_ns("99999999999999999999").is_err());
