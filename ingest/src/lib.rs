@@ -14,6 +14,7 @@ pub mod redact;
 pub mod resolve;
 pub mod source;
 pub mod spool;
+pub mod stagelog;
 pub mod synth;
 pub mod trace;
 
