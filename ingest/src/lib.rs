@@ -11,6 +11,7 @@ pub mod json;
 pub mod kineto;
 pub mod redact;
 pub mod resolve;
+pub mod rocprof;
 pub mod source;
 pub mod spool;
 pub mod synth;
