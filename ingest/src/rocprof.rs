@@ -751,7 +751,8 @@ fn rest_args(rec: &Record, rest: &[(usize, String)], out: &mut String) -> bool {
         }
         out.push_str(key);
         out.push(':');
-        match v.trim().parse::<i64>() {
+        let number = v.trim().parse::<i64>();
+        match number {
             Ok(n) => out.push_str(&n.to_string()),
             Err(_) => out.push_str(&serde_json::Value::String(v.into_owned()).to_string()),
         }
@@ -1111,7 +1112,10 @@ impl<'s, 'a> State<'s, 'a> {
                 cols.name(start)
             )));
         }
-        Ok((s, e - s))
+        let dur = e
+            .checked_sub(s)
+            .ok_or_else(|| rec.err("the duration does not fit in 64 bits"))?;
+        Ok((s, dur))
     }
 
     fn agent_info(&mut self, lines: &mut Lines, cols: &Columns) -> Result<(), TraceError> {
@@ -1310,9 +1314,9 @@ impl<'s, 'a> State<'s, 'a> {
                 let items = rec.int(cols, grid[d])?;
                 block[d] = w.and_then(|w| i32::try_from(w).ok());
                 blocks[d] = match (items, w) {
-                    (Some(items), Some(w)) if w > 0 && items >= 0 => {
-                        i32::try_from(items.div_ceil(w)).ok()
-                    }
+                    (Some(items), Some(w)) if w > 0 && items >= 0 => items
+                        .checked_add(w - 1)
+                        .and_then(|x| i32::try_from(x / w).ok()),
                     _ => None,
                 };
             }

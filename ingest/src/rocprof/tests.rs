@@ -38,6 +38,10 @@ fn resolved(case: &str) -> (ParsedTrace, RecordBatch) {
     let schema = gpuq_engine::schema::events_schema();
     let all = concat_batches(&schema, &batches).unwrap();
     let host = std::mem::take(&mut trace.host);
+    // Keep what the tests look at; the resolver consumes the rest.
+    trace.host.host_span = host.host_span;
+    trace.host.correlation_per_process = host.correlation_per_process;
+    trace.host.launches = host.launches.clone();
     let b = Resolver::new(host).resolve(&all, None, 0);
     (trace, b)
 }
