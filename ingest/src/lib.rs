@@ -12,6 +12,7 @@ pub mod kineto;
 pub mod nsys;
 pub mod redact;
 pub mod resolve;
+pub mod rocprof;
 pub mod source;
 pub mod spool;
 pub mod stagelog;
