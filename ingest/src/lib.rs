@@ -14,6 +14,7 @@ pub mod resolve;
 pub mod source;
 pub mod spool;
 pub mod synth;
+pub mod synth_nsys;
 pub mod trace;
 
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};
