@@ -17,6 +17,7 @@ pub mod source;
 pub mod spool;
 pub mod stagelog;
 pub mod synth;
+pub mod synth_nsys;
 pub mod trace;
 
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};
