@@ -75,10 +75,16 @@ pub enum Command {
         #[arg(long, default_value_t = 20)]
         steps: u32,
     },
-    /// Write a synthetic Kineto trace (for tests and benchmarks)
+    /// Write a synthetic Kineto trace or Nsight Systems export (for tests and benchmarks)
     Generate {
-        /// Output file ('.gz' / '.zst' suffix compresses)
+        /// Output file ('.gz' / '.zst' suffix compresses Kineto JSON)
         output: PathBuf,
+        /// What to write
+        #[arg(long, value_enum, default_value_t = GenerateFormat::Kineto)]
+        format: GenerateFormat,
+        /// Nsight Systems: number of kernels [default: a small 2-process capture]
+        #[arg(long)]
+        kernels: Option<usize>,
         /// Approximate size of the JSON in bytes (e.g. 1000000000)
         #[arg(long)]
         bytes: Option<u64>,
@@ -103,12 +109,24 @@ pub enum RunsAction {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GenerateFormat {
+    /// PyTorch-profiler JSON
+    Kineto,
+    /// Nsight Systems SQLite export (schema 3.25)
+    Nsys,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InputFormat {
     Auto,
     /// PyTorch profiler / Kineto / Chrome-trace JSON (.json, .json.gz, .json.zst)
     Kineto,
     /// Nsight Systems SQLite export (nsys export --type sqlite)
     Nsys,
+    /// rocprofv3 CSV output (a directory, or its CSV files)
+    Rocprof,
+    /// Timestamped stage log (JSON lines, key=value, Python logging)
+    Stagelog,
 }
 
 impl InputFormat {
@@ -118,6 +136,8 @@ impl InputFormat {
             InputFormat::Auto => None,
             InputFormat::Kineto => Some(Format::Kineto),
             InputFormat::Nsys => Some(Format::Nsys),
+            InputFormat::Rocprof => Some(Format::Rocprof),
+            InputFormat::Stagelog => Some(Format::StageLog),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The subcommands.
 
-use crate::args::{parse_tags, store_dir, Cli, Command, OutputFormat, RunsAction};
+use crate::args::{parse_tags, store_dir, Cli, Command, GenerateFormat, OutputFormat, RunsAction};
 use crate::exec::run_sql_text;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
@@ -69,9 +69,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
         Command::Generate {
             output,
+            format: GenerateFormat::Nsys,
+            kernels,
+            seed,
+            ..
+        } => generate_nsys(&output, kernels, seed),
+        Command::Generate {
+            output,
             bytes,
             seed,
             rank,
+            ..
         } => generate(&output, bytes, seed, rank),
     }
 }
@@ -256,6 +264,24 @@ fn generate(
         truth.events,
         truth.kernels,
         truth.bytes_written
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn generate_nsys(output: &Path, kernels: Option<usize>, seed: u64) -> anyhow::Result<ExitCode> {
+    use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
+    let mut cfg = match kernels {
+        Some(n) => NsysConfig::with_kernels(n),
+        None => NsysConfig::small(),
+    };
+    cfg.seed = seed;
+    let truth = write_nsys(&cfg, output).with_context(|| output.display().to_string())?;
+    println!(
+        "wrote {}: {} kernels, {} processes, {} bytes",
+        output.display(),
+        truth.kernels,
+        cfg.processes,
+        std::fs::metadata(output).map(|m| m.len()).unwrap_or(0)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -517,3 +517,194 @@ fn demo_runs_end_to_end() {
     assert!(out.contains("Top kernels"), "{out}");
     assert!(out.contains("aten::"), "{out}");
 }
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+fn query_csv(store: &Path, sql: &str) -> String {
+    let o = gpuq(store, &["query", "--format", "csv", sql]);
+    assert!(o.status.success(), "{sql}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn nsys_rocprof_and_stage_logs_are_detected_by_content_and_land_in_one_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    // Names that say nothing: detection is by content.
+    let nsys = dir.path().join("capture.bin");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["generate", "--format", "nsys", nsys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", nsys.to_str().unwrap(), "--run", "h100"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rocprof = repo_file("ingest/fixtures/rocprof/modern");
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", rocprof.to_str().unwrap(), "--run", "mi300"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A stage log added to an existing run, and one as a run of its own.
+    let log = repo_file("ingest/fixtures/stagelog/python_snippet.log");
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", log.to_str().unwrap(), "--run", "mi300"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let own = dir.path().join("train.log");
+    std::fs::write(
+        &own,
+        "{\"ts\": \"2026-12-02T10:00:00Z\", \"stage\": \"load\", \"event\": \"begin\"}\n\
+         {\"ts\": \"2026-12-02T10:00:02.5Z\", \"stage\": \"load\", \"event\": \"end\"}\n\
+         2026-12-02 10:00:02,600 INFO train: stage=train begin\n\
+         2026-12-02 10:00:09,600 INFO train: stage=train end\n",
+    )
+    .unwrap();
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", own.to_str().unwrap(), "--run", "stages"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let formats = query_csv(&store, "SELECT run, format FROM runs ORDER BY run");
+    assert_eq!(
+        formats,
+        "run,format\nh100,nsys\nmi300,rocprofv3+stagelog\nstages,stagelog\n"
+    );
+    // One query over all formats.
+    let kernels = query_csv(
+        &store,
+        "SELECT run, count(*) > 0 AS any FROM kernels GROUP BY run ORDER BY run",
+    );
+    assert_eq!(kernels, "run,any\nh100,true\nmi300,true\n");
+    let stages = query_csv(
+        &store,
+        "SELECT name, count(*) AS n FROM annotations WHERE run = 'stages' AND scope = 'stage' \
+         GROUP BY name ORDER BY name",
+    );
+    assert_eq!(stages, "name,n\nload,1\ntrain,1\n");
+    let durs = query_csv(
+        &store,
+        "SELECT name, ts, dur FROM annotations WHERE run = 'stages' ORDER BY ts",
+    );
+    assert_eq!(
+        durs,
+        "name,ts,dur\nload,1796205600000000000,2500000000\ntrain,1796205602600000000,7000000000\n"
+    );
+    // The stage log's rows in the rocprof run carry no rank (they belong to the whole run).
+    let ranks = query_csv(
+        &store,
+        "SELECT count(*) AS n FROM annotations WHERE run = 'mi300' AND scope = 'stage' AND rank IS NULL",
+    );
+    assert_ne!(ranks, "n\n0\n");
+}
+
+#[test]
+fn bad_input_of_every_format_is_rejected_and_leaves_the_store_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let nsys = dir.path().join("good.sqlite");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["generate", "--format", "nsys", nsys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(gpuq(&store, &["ingest", "-q", nsys.to_str().unwrap()])
+        .status
+        .success());
+    let sqlite = std::fs::read(&nsys).unwrap();
+    let other_db = dir.path().join("other.sqlite");
+    {
+        let c = rusqlite::Connection::open(&other_db).unwrap();
+        c.execute_batch("CREATE TABLE t(a INTEGER); INSERT INTO t VALUES (1);")
+            .unwrap();
+    }
+    let cases: Vec<(&str, Vec<u8>, &str, &[&str])> = vec![
+        (
+            "truncated.sqlite",
+            sqlite[..sqlite.len() / 3].to_vec(),
+            "",
+            &[],
+        ),
+        (
+            "other.sqlite",
+            std::fs::read(&other_db).unwrap(),
+            "not an Nsight Systems export",
+            &[],
+        ),
+        (
+            "1_kernel_trace.csv",
+            b"\"Kind\",\"Agent_Id\",\"Queue_Id\",\"Kernel_Name\",\"Correlation_Id\",\"Start_Timestamp\"\n\
+              \"KERNEL_DISPATCH\",\"Agent 1\",1,\"k\",1,100\n"
+                .to_vec(),
+            "End_Timestamp",
+            &[],
+        ),
+        (
+            "stages.log",
+            b"2026-12-02T10:00:00Z stage=load begin\n2026-12-02T10:00:01Z stage=load end\n\
+              garbage that is no log line\n"
+                .to_vec(),
+            "line 3",
+            &[],
+        ),
+        (
+            "prose.txt",
+            b"hello world\nthis is not a trace\n".to_vec(),
+            "tried: Kineto",
+            &[],
+        ),
+        (
+            "forced.json",
+            br#"{"traceEvents": []}"#.to_vec(),
+            "not nsys",
+            &["--format", "nsys"],
+        ),
+    ];
+    let before = snapshot(&store);
+    for (name, bytes, needle, extra) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let mut args = vec!["ingest", path.to_str().unwrap(), "--run", "bad"];
+        args.extend_from_slice(extra);
+        let o = gpuq(&store, &args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains(name),
+            "{name}: error does not name the file: {err}"
+        );
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert_eq!(snapshot(&store), before, "{name} changed the store");
+    }
+    // --lenient skips and counts the bad log line.
+    let log = dir.path().join("stages.log");
+    let o = gpuq(
+        &store,
+        &[
+            "ingest",
+            "-q",
+            "--lenient",
+            log.to_str().unwrap(),
+            "--run",
+            "lenient",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w = query_csv(
+        &store,
+        "SELECT warning_details FROM runs WHERE run = 'lenient'",
+    );
+    assert!(w.contains("unparsable lines skipped"), "{w}");
+    let n = query_csv(
+        &store,
+        "SELECT count(*) AS n FROM annotations WHERE run = 'lenient'",
+    );
+    assert_eq!(n, "n\n1\n");
+}

@@ -5,8 +5,10 @@ use crate::kineto;
 use crate::nsys;
 use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
+use crate::rocprof;
 use crate::source::{self, DetectError, Format, Source};
 use crate::spool::{self, Spool};
+use crate::stagelog;
 use crate::trace::{ParsedTrace, TraceError};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
@@ -37,7 +39,7 @@ pub enum IngestError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: no trace files in this directory", .0.display())]
+    #[error("{}: no trace files in this directory (tried: {})", .0.display(), source::TRIED)]
     EmptyDirectory(PathBuf),
     #[error(transparent)]
     Store(#[from] gpuq_engine::Error),
@@ -93,12 +95,15 @@ pub struct RunReport {
     pub version: Option<u64>,
 }
 
+/// A file to ingest, and whether it was named (rather than found in a directory).
+pub type PlannedFile = (PathBuf, bool);
+
 /// Groups the arguments into runs: with `--run`, all files form one run (one rank per file);
 /// without, each argument (a file, or a directory of rank files) is its own run.
 pub fn plan_runs(
     paths: &[PathBuf],
     run: Option<&RunId>,
-) -> Result<Vec<(RunId, Vec<PathBuf>)>, IngestError> {
+) -> Result<Vec<(RunId, Vec<PlannedFile>)>, IngestError> {
     let mut groups = Vec::new();
     for p in paths {
         let files = source::expand(p).map_err(io_error(&p))?;
@@ -113,7 +118,11 @@ pub fn plan_runs(
             Some(r) => r.clone(),
             None => RunId::from_file_name(&name)?,
         };
-        groups.push((id, files));
+        let named = !p.is_dir();
+        groups.push((
+            id,
+            files.into_iter().map(|f| (f, named)).collect::<Vec<_>>(),
+        ));
     }
     if run.is_some() {
         let id = groups[0].0.clone();
@@ -135,16 +144,31 @@ pub fn ingest(
     // Fail on an unreadable or unrecognised file before any work is done.
     let mut planned = Vec::new();
     for (run, files) in plan {
-        let sources = files
-            .iter()
-            .map(|f| {
-                Source::open(f, opts.format).map_err(|e| IngestError::Detect {
-                    path: f.clone(),
-                    source: e,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        planned.push((run, sources));
+        let mut sources = Vec::new();
+        let mut in_dirs = 0;
+        for (f, named) in &files {
+            match Source::open(f, opts.format) {
+                Ok(s) => sources.push(s),
+                // A directory may hold other files (READMEs, stats): only named files must be
+                // traces.
+                Err(_) if !named => in_dirs += 1,
+                Err(e) => {
+                    return Err(IngestError::Detect {
+                        path: f.clone(),
+                        source: e,
+                    })
+                }
+            }
+        }
+        if sources.is_empty() {
+            let dir = files
+                .first()
+                .and_then(|(f, _)| f.parent())
+                .unwrap_or(Path::new("."));
+            return Err(IngestError::EmptyDirectory(dir.to_path_buf()));
+        }
+        let _ = in_dirs;
+        planned.push((run, source::group_rocprof(sources)));
     }
     let mut reports = Vec::new();
     for (run, sources) in planned {
@@ -198,7 +222,13 @@ fn ingest_run(
     let mut formats: BTreeSet<Format> = BTreeSet::new();
     let mut epoch_time: Option<bool> = None;
     meta.tags = opts.tags.iter().cloned().collect();
-    let multi = sources.len() > 1;
+    // Stage logs belong to the whole run; every other file is a rank of a multi-file run.
+    let rank_files = sources
+        .iter()
+        .filter(|s| s.format != Format::StageLog)
+        .count();
+    let multi = rank_files > 1;
+    let mut rank_position = 0;
     let mut staged: Vec<StagedFile> = Vec::new();
     for (position, src) in sources.iter().enumerate() {
         // Only a same-sized stored source can have the same content: hash up front then, so
@@ -235,7 +265,10 @@ fn ingest_run(
                 .or_default() += 1;
         }
         epoch_time = Some(epoch_time.unwrap_or(true) && parsed.epoch_time);
-        let fallback_rank = multi.then_some(position as i32);
+        let fallback_rank = (multi && src.format != Format::StageLog).then_some(rank_position);
+        if src.format != Format::StageLog {
+            rank_position += 1;
+        }
         let file = finish_file(&writer, parsed, spool, fallback_rank).map_err(|e| match e {
             IngestError::Io { source, .. } => IngestError::Io {
                 path: src.path.clone(),
@@ -304,6 +337,23 @@ fn parse_source(
             }
             let report = |fraction: f64| progress.bytes((fraction * src.size as f64) as u64);
             nsys::parse(&src.path, &nsys_opts, &report, &mut |b| spool.push(b)).map_err(trace_error)
+        }
+        Format::Rocprof => {
+            rocprof::parse(&src.files, &mut |b| spool.push(b)).map_err(|(path, e)| {
+                IngestError::Trace {
+                    path,
+                    source: TraceErrorDisplay(e),
+                }
+            })
+        }
+        Format::StageLog => {
+            let reader = src.reader().map_err(io_error(&src.path))?;
+            stagelog::parse(
+                std::io::BufReader::with_capacity(1 << 20, reader),
+                opts.lenient,
+                &mut |b| spool.push(b),
+            )
+            .map_err(trace_error)
         }
     }
 }

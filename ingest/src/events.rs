@@ -366,6 +366,16 @@ impl Threads {
     }
 }
 
+/// A profiler step range. `process` is the pid it applies to when correlation ids (and steps)
+/// are per process ([`HostStructure::correlation_per_process`]), else 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Step {
+    pub process: i64,
+    pub start: i64,
+    pub end: i64,
+    pub number: i64,
+}
+
 /// Host-side structure gathered while parsing; ids refer to its interners.
 #[derive(Debug, Default)]
 pub struct HostStructure {
@@ -374,7 +384,7 @@ pub struct HostStructure {
     pub intervals: Vec<HostInterval>,
     pub launches: Vec<Launch>,
     /// `(start, end, step number)` of `ProfilerStep#N` ranges.
-    pub steps: Vec<(i64, i64, i64)>,
+    pub steps: Vec<Step>,
     /// Earliest start and latest end of any host (non-GPU) event.
     pub host_span: Option<(i64, i64)>,
     /// Correlation ids are unique per process only (Nsight Systems): GPU work is matched to

@@ -14,7 +14,7 @@
 
 use crate::events::{
     profiler_step_number, CounterColumns, Event, EventColumns, HostInterval, HostStructure, Kind,
-    Launch,
+    Launch, Step,
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
 use crate::trace::{EventSink, ParsedTrace, TraceError};
@@ -754,7 +754,12 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
     };
     let step = profiler_step_number(&name);
     if let Some(n) = step {
-        out.host.steps.push((ts, ts + dur, n));
+        out.host.steps.push(Step {
+            process: 0,
+            start: ts,
+            end: ts + dur,
+            number: n,
+        });
     }
     match kind {
         Kind::CpuOp | Kind::Annotation if dur >= 0 => {

@@ -24,7 +24,7 @@
 //! epoch-based; the session's UTC start (`TARGET_INFO_SESSION_START_TIME.utcEpochNs`) is kept in
 //! the run metadata.
 
-use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch};
+use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch, Step};
 use crate::trace::{ParsedTrace, TraceError};
 use datafusion::arrow::array::RecordBatch;
 use regex::Regex;
@@ -661,7 +661,12 @@ fn read_range(
                             .and_then(|c| c.get(1))
                             .and_then(|m| m.as_str().parse::<i64>().ok())
                         {
-                            part.host.steps.push((start, end, step));
+                            part.host.steps.push(Step {
+                                process: pid.unwrap_or(0),
+                                start,
+                                end,
+                                number: step,
+                            });
                         }
                         part.host.extend_host_span(start, end);
                         let kind = if operator.is_some() {

@@ -4,7 +4,7 @@
 //! `cpu_op` and user annotation enclosing the launch on the launching thread, and the
 //! `ProfilerStep#N` range containing the launch. Host events use their own time and thread.
 
-use crate::events::{HostInterval, HostStructure, Kind, Launch, Threads};
+use crate::events::{HostInterval, HostStructure, Kind, Launch, Step, Threads};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int32Array, Int64Array, Int64Builder, RecordBatch, StringBuilder,
 };
@@ -71,7 +71,8 @@ pub struct Resolver {
     /// Sorted by correlation id (then pid when [`Self::per_process`]); first launch of each key.
     launches: Vec<Launch>,
     per_process: bool,
-    steps: Vec<(i64, i64, i64)>,
+    /// Sorted by (process, start).
+    steps: Vec<Step>,
 }
 
 impl Resolver {
@@ -145,10 +146,18 @@ impl Resolver {
         Some(&self.launches[i])
     }
 
-    fn step_at(&self, t: i64) -> Option<i64> {
-        let idx = self.steps.partition_point(|s| s.0 <= t);
+    /// The step of process `pid` (when steps are per process) running at `t`.
+    fn step_at(&self, t: i64, pid: Option<i64>) -> Option<i64> {
+        let process = if self.per_process {
+            pid.unwrap_or(0)
+        } else {
+            0
+        };
+        let idx = self
+            .steps
+            .partition_point(|s| (s.process, s.start) <= (process, t));
         let s = self.steps.get(idx.checked_sub(1)?)?;
-        (t < s.1).then_some(s.2)
+        (s.process == process && t < s.end).then_some(s.number)
     }
 
     /// Fills `rank`, `step`, `op`, `scope` and adds `time_base` to `ts`.
@@ -199,7 +208,11 @@ impl Resolver {
             if given_step.is_valid(i) {
                 step.append_value(given_step.value(i));
             } else {
-                step.append_option(self.step_at(point));
+                let process = match thread {
+                    Some(k) => Some(self.thread_ids.keys()[k as usize].0),
+                    None => (!pid.is_null(i)).then(|| pid.value(i)),
+                };
+                step.append_option(self.step_at(point, process));
             }
             if given_op.is_valid(i) || given_scope.is_valid(i) {
                 op.append_option(given_op.is_valid(i).then(|| given_op.value(i)));

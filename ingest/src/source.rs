@@ -13,6 +13,10 @@ pub enum Format {
     Kineto,
     /// Nsight Systems SQLite export (`nsys export --type sqlite`).
     Nsys,
+    /// rocprofv3 CSV output (the CSV files of one output directory form one source).
+    Rocprof,
+    /// Timestamped application log marking stages.
+    StageLog,
 }
 
 impl Format {
@@ -20,12 +24,15 @@ impl Format {
         match self {
             Format::Kineto => "kineto",
             Format::Nsys => "nsys",
+            Format::Rocprof => "rocprofv3",
+            Format::StageLog => "stagelog",
         }
     }
 }
 
 /// What `--format auto` tries, for error messages.
-pub const TRIED: &str = "Kineto/Chrome-trace JSON, Nsight Systems SQLite; plain, gzip or zstd";
+pub const TRIED: &str = "Kineto/Chrome-trace JSON, Nsight Systems SQLite, rocprofv3 CSV, \
+                         stage log (JSON lines, key=value, Python logging); plain, gzip or zstd";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
@@ -74,21 +81,39 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
         .map_err(|e| DetectError::Unknown(format!("cannot decompress: {e}")))?;
     let body = &text[..m];
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        None => Err(DetectError::Empty),
-        Some(b'{') => Ok((compression, Format::Kineto)),
-        Some(_)
-            if body
-                .iter()
-                .take(512)
-                .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace())) =>
-        {
-            Err(DetectError::Unknown("binary content".into()))
-        }
-        Some(_) => Err(DetectError::Unknown(
-            "text that is not a JSON object".into(),
-        )),
+    let Some(first) = body.iter().copied().find(|b| !b.is_ascii_whitespace()) else {
+        return Err(DetectError::Empty);
+    };
+    if body
+        .iter()
+        .take(512)
+        .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace()))
+    {
+        return Err(DetectError::Unknown("binary content".into()));
     }
+    // The head may end inside a UTF-8 sequence: keep its valid prefix.
+    let head = match std::str::from_utf8(body) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&body[..e.valid_up_to()]).unwrap_or(""),
+    };
+    if crate::stagelog::looks_like_stage_log(head) {
+        return Ok((compression, Format::StageLog));
+    }
+    if first == b'{' {
+        return Ok((compression, Format::Kineto));
+    }
+    let mut lines = head.lines();
+    let header = lines.next().unwrap_or("");
+    if compression == Compression::None
+        && crate::rocprof::table_of_file(header, lines.next()).is_some()
+    {
+        return Ok((compression, Format::Rocprof));
+    }
+    Err(DetectError::Unknown(if header.contains(',') {
+        "a CSV file that is not rocprofv3 output".into()
+    } else {
+        "text that is neither a JSON trace, a rocprofv3 CSV nor a stage log".into()
+    }))
 }
 
 fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -131,9 +156,11 @@ impl<R: Read> Read for Tap<R> {
     }
 }
 
-/// A trace file being read.
+/// A trace file being read (for rocprofv3: the CSV files of one output directory).
 pub struct Source {
     pub path: PathBuf,
+    /// Every file of the source; just `path` except for rocprofv3.
+    pub files: Vec<PathBuf>,
     pub size: u64,
     pub compression: Compression,
     pub format: Format,
@@ -154,6 +181,7 @@ impl Source {
         let size = std::fs::metadata(path)?.len();
         Ok(Source {
             path: path.to_path_buf(),
+            files: vec![path.to_path_buf()],
             size,
             compression,
             format,
@@ -181,6 +209,14 @@ impl Source {
     /// BLAKE3 of the raw bytes: of those read through [`Self::reader`] once it is exhausted,
     /// else (an adapter that opened the file itself) of the file.
     pub fn hash(&self) -> std::io::Result<String> {
+        if self.files.len() > 1 {
+            // A hash of the files' hashes, in name order.
+            let mut h = blake3::Hasher::new();
+            for f in &self.files {
+                h.update(hash_file(f)?.as_bytes());
+            }
+            return Ok(h.finalize().to_hex().to_string());
+        }
         if self.bytes_read() < self.size {
             return hash_file(&self.path);
         }
@@ -201,8 +237,8 @@ pub fn hash_file(path: &Path) -> std::io::Result<String> {
     Ok(h.finalize().to_hex().to_string())
 }
 
-/// Files an argument stands for: the file itself, or every trace-looking file in a directory
-/// (sorted by name, hidden files skipped).
+/// Files an argument stands for: the file itself, or every regular, non-hidden file of a
+/// directory (sorted by name; which of them are traces is decided by their content).
 pub fn expand(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     if !path.is_dir() {
         // Surface "no such file" here with the path.
@@ -213,17 +249,39 @@ pub fn expand(path: &Path) -> std::io::Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .filter(|p| {
-            let name = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            !name.starts_with('.')
-                && (name.ends_with(".json")
-                    || name.ends_with(".json.gz")
-                    || name.ends_with(".json.zst")
-                    || name.ends_with(".sqlite"))
+            !p.file_name()
+                .map(|n| n.to_string_lossy().starts_with('.'))
+                .unwrap_or(true)
         })
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// Merges the rocprofv3 CSV sources of each directory into one source (one rocprofv3 output);
+/// other sources are kept as they are, in order.
+pub fn group_rocprof(sources: Vec<Source>) -> Vec<Source> {
+    let mut out: Vec<Source> = Vec::with_capacity(sources.len());
+    for src in sources {
+        if src.format == Format::Rocprof {
+            let dir = src.path.parent().map(Path::to_path_buf);
+            if let Some(group) = out.iter_mut().find(|o| {
+                o.format == Format::Rocprof && o.path.parent().map(Path::to_path_buf) == dir
+            }) {
+                group.files.extend(src.files);
+                group.files.sort();
+                group.size += src.size;
+                continue;
+            }
+        }
+        out.push(src);
+    }
+    for o in &mut out {
+        if o.format == Format::Rocprof && o.files.len() > 1 {
+            if let Some(dir) = o.path.parent() {
+                o.path = dir.to_path_buf();
+            }
+        }
+    }
+    out
 }
