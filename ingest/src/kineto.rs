@@ -18,6 +18,7 @@ use crate::events::{
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
 use crate::trace::{EventSink, ParsedTrace, TraceError};
+#[cfg(test)]
 use datafusion::arrow::array::RecordBatch;
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -91,7 +92,7 @@ pub fn parse_into(
                 outcome = Err(TraceError::at_byte(
                     0,
                     None,
-                    "reader thread panicked".into(),
+                    "reader thread panicked",
                 ))
             }
         }
@@ -120,7 +121,7 @@ pub fn parse_into(
         return Err(TraceError::at_byte(
             0,
             None,
-            "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array".into(),
+            "not a Kineto/Chrome trace: the top-level object has no \"traceEvents\" array",
         ));
     }
     if trace.complete_events > 0 && trace.missing_dur == trace.complete_events {
@@ -406,7 +407,7 @@ fn split_events(
             return Err(TraceError::at_byte(
                 s.base + s.pos as u64,
                 Some(*next_event),
-                "unexpected end of input inside traceEvents: the trace is truncated".into(),
+                "unexpected end of input inside traceEvents: the trace is truncated",
             ));
         }
     }
