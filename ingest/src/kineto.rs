@@ -88,13 +88,7 @@ pub fn parse_into(
                     outcome = Err(e)
                 }
             }
-            Err(_) => {
-                outcome = Err(TraceError::at_byte(
-                    0,
-                    None,
-                    "reader thread panicked",
-                ))
-            }
+            Err(_) => outcome = Err(TraceError::at_byte(0, None, "reader thread panicked")),
         }
     });
     outcome?;
