@@ -43,15 +43,16 @@ enum On {
 /// | 2 | communication | full | `nccl`, `rccl`, `msccl`, `nvshmem`, `multimem_`, `one_shot_`, `two_shot_`, `symm_mem`, `all_?reduce`, `all_?gather`, `reduce_?scatter`, `all_?to_?all`, `cross_device_reduce`, `custom_?all_?reduce` |
 /// | 3 | attention | key | `flash_fwd`, `flash_bwd`, `flash_attn`, `flashattn`, `flash::`, `fmha`, `sdpa`, `attn_fwd`, `attn_bwd`, `mha_(fwd\|bwd)`, `attention`, `paged_attention`, `sage_fwd` |
 /// | 4 | softmax | key | `softmax` |
-/// | 5 | norm | key | `layer_?norm`, `rms_?norm`, `group_?norm`, `batch_?norm`, `instance_?norm`, `bn_(fw\|bw)`, `_norm_kernel`, `norm_fwd`, `norm_bwd` |
+/// | 5 | norm | key | `layer_?norm`, `rms_?norm`, `group_?norm`, `batch_?norm`, `instance_?norm`, `bn_(fw\|bw)`, `_norm_kernel`, `norm_fwd`, `norm_bwd`, `RowwiseMoments` |
 /// | 6 | elementwise | key | `^triton_poi` (Triton pointwise) |
 /// | 7 | reduction | key | `^triton_(red\|per)` (Triton reduction/persistent reduction) |
 /// | 8 | conv | key | `conv`, `fprop`, `dgrad`, `wgrad`, `winograd`, `im2col`, `im2d2col`, `implicit_gemm`, `implicit_convolve`, `explicit_convolve`, `scudnn`, `igemm_(fwd\|bwd\|wrw)`, `fft2d`, `cudnn` |
-/// | 9 | gemm | key | `gemm`, `gemv`, `matmul`, `nvjet`, `cutlass`, `xmma`, `^Cijk_`, `^bmm_`, `_mm_`, `splitKreduce`, `dot_kernel`, `wgmma`, `tensorop` (cuBLAS/cuBLASLt/CUTLASS/nvjet, ROCm Tensile/CK/hipBLASLt) |
+/// | 8b | conv | full | `^cask_cudnn` (cuDNN conv offset helpers) |
+/// | 9 | gemm | key | `gemm`, `gemv`, `matmul`, `nvjet`, `cutlass`, `xmma`, `^Cijk_`, `^bmm_`, `_mm_`, `splitKreduce`, `dot_kernel`, `wgmma` (cuBLAS/cuBLASLt/CUTLASS/nvjet, ROCm Tensile/CK/hipBLASLt) |
 /// | 10 | gemm | full | `cublas`, `hipblas`, `rocblas` |
-/// | 11 | elementwise | key | `elementwise`, `pointwise`, `nvfuser_pointwise`, `multi_tensor_apply`, `foreach`, `act_and_mul`, `silu`, `gelu`, `relu`, `fill`, `where_kernel`, `index_put`, `scatter`, `gather`, `rotary`, `quant` |
+/// | 11 | elementwise | key | `elementwise`, `pointwise`, `^SubTensorOp`, `OpTensor` (MIOpen), `nvfuser_pointwise`, `multi_tensor_apply`, `foreach`, `act_and_mul`, `silu`, `gelu`, `relu`, `fill`, `where_kernel`, `index_put`, `scatter`, `gather`, `rotary`, `quant` |
 /// | 12 | reduction | key | `reduce`, `reduction`, `nvfuser_(inner\|outer)_persistent`, `sum_kernel`, `mean_kernel`, `argmax`, `argmin`, `cub::.*reduce`, `splitk_reduce` |
-/// | 13 | copy | key | `copy`, `memcpy`, `memset`, `transpose`, `cat_?array` |
+/// | 13 | copy | key | `copy`, `memcpy`, `memset`, `transpose`, `cat_?array`, `nchwToNhwc`, `nhwcToNchw` (layout transforms) |
 ///
 /// Order matters: `ncclDevKernel_AllReduce` is communication, not reduction (2 before 12);
 /// `flash_fwd_kernel<... cutlass ...>` is attention (3 before 9); `triton_red_fused_..._layer_norm`
@@ -76,7 +77,7 @@ static RULES: LazyLock<Vec<(&'static str, On, Regex)>> = LazyLock::new(|| {
         (
             "norm",
             On::Key,
-            r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|bn_(fw|bw)|_norm_kernel|norm_fwd|norm_bwd",
+            r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|bn_(fw|bw)|_norm_kernel|norm_fwd|norm_bwd|rowwisemoments",
         ),
         ("elementwise", On::Key, r"^triton_poi"),
         ("reduction", On::Key, r"^triton_(red|per)"),
@@ -85,23 +86,28 @@ static RULES: LazyLock<Vec<(&'static str, On, Regex)>> = LazyLock::new(|| {
             On::Key,
             r"conv|fprop|dgrad|wgrad|winograd|im2col|im2d2col|implicit_gemm|implicit_convolve|explicit_convolve|scudnn|igemm_(fwd|bwd|wrw)|fft2d|cudnn",
         ),
+        ("conv", On::Full, r"^(void )?cask_cudnn"),
         (
             "gemm",
             On::Key,
-            r"gemm|gemv|matmul|nvjet|cutlass|xmma|^cijk_|^bmm_|_mm_|splitkreduce|dot_kernel|wgmma|tensorop",
+            r"gemm|gemv|matmul|nvjet|cutlass|xmma|^cijk_|^bmm_|_mm_|splitkreduce|dot_kernel|wgmma",
         ),
         ("gemm", On::Full, r"cublas|hipblas|rocblas"),
         (
             "elementwise",
             On::Key,
-            r"elementwise|pointwise|multi_tensor_apply|foreach|act_and_mul|silu|gelu|relu|fill|where_kernel|index_put|scatter|gather|rotary|quant",
+            r"elementwise|pointwise|^subtensorop|optensor|multi_tensor_apply|foreach|act_and_mul|silu|gelu|relu|fill|where_kernel|index_put|scatter|gather|rotary|quant",
         ),
         (
             "reduction",
             On::Key,
             r"reduce|reduction|nvfuser_(inner|outer)_persistent|sum_kernel|mean_kernel|argmax|argmin",
         ),
-        ("copy", On::Key, r"copy|memcpy|memset|transpose|cat_?array"),
+        (
+            "copy",
+            On::Key,
+            r"copy|memcpy|memset|transpose|cat_?array|nchwtonhwc|nhwctonchw",
+        ),
     ];
     rules
         .iter()
