@@ -409,7 +409,7 @@ fn the_repl_works_on_a_terminal() {
         b"SELECT 40 + 2 AS answer;\r",
         b"SELEC broken;\r", // an error keeps the session
         b"\\d kernels\r",
-        b"SELECT count(*) AS c FROM ker\t;\r", // completion of a table name
+        b"SELECT count(*) AS c FROM memc\t;\r", // completion of a table name (`ker` is ambiguous: kernel_class)
         b"SELECT 'still here' AS s;\r",
         b"\x03", // Ctrl-C at the prompt keeps the session
         b"SELECT count(*) FROM generate_series(1, 100000000000);\r",
@@ -436,6 +436,16 @@ fn the_repl_works_on_a_terminal() {
         ],
     ));
     let n = kernels.lines().nth(1).unwrap();
+    let copies = stdout(&gpuq(
+        &store,
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT count(*) AS n FROM memcpy",
+        ],
+    ));
+    let m = copies.lines().nth(1).unwrap();
     assert!(
         text.contains(&format!("| {n} ")),
         "multi-line statement result missing: {text}"
@@ -444,7 +454,7 @@ fn the_repl_works_on_a_terminal() {
     assert!(text.contains("gpuq: error: "), "{text}");
     assert!(text.contains("column_name"), "{text}");
     assert!(
-        text.contains(&format!("c\n{n}")),
+        text.contains(&format!("c\n{m}")),
         "completion did not produce a runnable query: {text}"
     );
     assert!(text.contains("still here"), "{text}");

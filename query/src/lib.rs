@@ -12,6 +12,8 @@
 //! | `gpu_ops` | kind in (`kernel`, `memcpy`, `memset`) |
 //! | `steps` | `ProfilerStep#N` ranges: run, rank, step, ts, dur |
 
+pub mod functions;
+
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
@@ -68,6 +70,7 @@ pub fn session_config() -> SessionConfig {
 /// A session over `store` with every table and view registered.
 pub async fn open_session(store: &Store) -> Result<SessionContext> {
     let ctx = SessionContext::new_with_config(session_config());
+    functions::register_all(&ctx);
     ctx.register_table(
         "events",
         Arc::new(ManifestTable::new(store.clone(), TableKind::Events)),
