@@ -20,4 +20,7 @@ pub mod synth;
 pub mod synth_nsys;
 pub mod trace;
 
+#[cfg(test)]
+mod test_util;
+
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};

@@ -1,9 +1,8 @@
 use super::*;
 use crate::resolve::Resolver;
+use crate::test_util::{ints, strings};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 
 fn parse_str(text: &str) -> Result<ParsedTrace, TraceError> {
     parse(text.as_bytes(), &|_| {})
@@ -15,36 +14,6 @@ fn resolved(t: ParsedTrace) -> RecordBatch {
     let all = concat_batches(&schema, &t.batches).unwrap();
     let base = t.time_base_ns;
     Resolver::new(t.host).resolve(&all, Some(0), base)
-}
-
-fn strings(b: &RecordBatch, col: &str) -> Vec<Option<String>> {
-    let c = b.column_by_name(col).unwrap();
-    match c.data_type() {
-        datafusion::arrow::datatypes::DataType::Dictionary(_, _) => {
-            let d = c.as_dictionary::<Int32Type>();
-            let v = d.values().as_string::<i32>();
-            (0..d.len())
-                .map(|i| d.key(i).map(|k| v.value(k).to_string()))
-                .collect()
-        }
-        _ => c
-            .as_string::<i32>()
-            .iter()
-            .map(|s| s.map(String::from))
-            .collect(),
-    }
-}
-
-fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
-    let c = b.column_by_name(col).unwrap();
-    match c.data_type() {
-        datafusion::arrow::datatypes::DataType::Int32 => c
-            .as_primitive::<Int32Type>()
-            .iter()
-            .map(|v| v.map(i64::from))
-            .collect(),
-        _ => c.as_primitive::<Int64Type>().iter().collect(),
-    }
 }
 
 fn row_of(b: &RecordBatch, name: &str) -> usize {

@@ -1,9 +1,9 @@
 use super::*;
 use crate::resolve::Resolver;
+use crate::test_util::{ints, strings};
 use crate::trace::Position;
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
 
 fn fixture_dir(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -44,36 +44,6 @@ fn resolved(case: &str) -> (ParsedTrace, RecordBatch) {
     trace.host.launches = host.launches.clone();
     let b = Resolver::new(host).resolve(&all, None, 0);
     (trace, b)
-}
-
-fn strings(b: &RecordBatch, col: &str) -> Vec<Option<String>> {
-    let c = b.column_by_name(col).unwrap();
-    match c.data_type() {
-        DataType::Dictionary(_, _) => {
-            let d = c.as_dictionary::<Int32Type>();
-            let v = d.values().as_string::<i32>();
-            (0..d.len())
-                .map(|i| d.key(i).map(|k| v.value(k).to_string()))
-                .collect()
-        }
-        _ => c
-            .as_string::<i32>()
-            .iter()
-            .map(|s| s.map(String::from))
-            .collect(),
-    }
-}
-
-fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
-    let c = b.column_by_name(col).unwrap();
-    match c.data_type() {
-        DataType::Int32 => c
-            .as_primitive::<Int32Type>()
-            .iter()
-            .map(|v| v.map(i64::from))
-            .collect(),
-        _ => c.as_primitive::<Int64Type>().iter().collect(),
-    }
 }
 
 fn rows_of(b: &RecordBatch, name: &str) -> Vec<usize> {

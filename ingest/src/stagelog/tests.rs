@@ -1,8 +1,8 @@
 use super::*;
+use crate::test_util::{ints, strings};
 use crate::trace::Position;
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
 
 /// 2026-12-02T10:00:00Z.
 const T0: i64 = 1_796_205_600_000_000_000;
@@ -29,32 +29,6 @@ fn err(text: &str) -> TraceError {
         Ok((t, _)) => panic!("parsed {} stages, expected an error", t.events),
         Err(e) => e,
     }
-}
-
-fn strings(b: &RecordBatch, col: &str) -> Vec<Option<String>> {
-    let c = b.column_by_name(col).unwrap();
-    match c.data_type() {
-        DataType::Dictionary(_, _) => {
-            let d = c.as_dictionary::<Int32Type>();
-            let v = d.values().as_string::<i32>();
-            (0..d.len())
-                .map(|i| d.key(i).map(|k| v.value(k).to_string()))
-                .collect()
-        }
-        _ => c
-            .as_string::<i32>()
-            .iter()
-            .map(|s| s.map(String::from))
-            .collect(),
-    }
-}
-
-fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
-    b.column_by_name(col)
-        .unwrap()
-        .as_primitive::<Int64Type>()
-        .iter()
-        .collect()
 }
 
 /// `(name, ts, dur)` of every stage, in output order.
