@@ -69,6 +69,16 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// Per-kernel time of a run, as Nsight Systems' cuda_gpu_kern_sum, with class and top op
+    Top {
+        /// Run name
+        run: String,
+        /// Show the N kernels with the most time
+        #[arg(short = 'n', long)]
+        limit: Option<usize>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
     /// Generate a multi-step training trace, ingest it, and show where the GPU time goes
     Demo {
         /// Profiler steps to generate

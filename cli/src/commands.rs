@@ -66,6 +66,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(exit_code(errors))
         }
         Command::Runs { action, format } => runs(&open_store(&store_path)?, action, format).await,
+        Command::Top { run, limit, format } => {
+            let run = RunId::new(run)?;
+            let store = open_store(&store_path)?;
+            if !store.manifest()?.runs.contains_key(&run) {
+                anyhow::bail!("unknown run {run} (see `gpuq runs`)");
+            }
+            let ctx = gpuq_query::open_session(&store).await?;
+            let sql = gpuq_query::analyses::top_kernels_sql(run.as_str(), limit);
+            let failed = run_sql_text(&ctx, &sql, format, false, &mut std::io::stdout()).await;
+            Ok(exit_code(failed))
+        }
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
         Command::Generate {
             output,

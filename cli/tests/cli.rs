@@ -718,3 +718,41 @@ fn bad_input_of_every_format_is_rejected_and_leaves_the_store_unchanged() {
     );
     assert_eq!(n, "n\n1\n");
 }
+
+#[test]
+fn top_lists_a_runs_kernels_by_time_and_rejects_unknown_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let nsys = dir.path().join("r.sqlite");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["generate", "--format", "nsys", nsys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(gpuq(
+        &store,
+        &["ingest", "-q", nsys.to_str().unwrap(), "--run", "r"]
+    )
+    .status
+    .success());
+    let o = gpuq(&store, &["top", "r", "-n", "3", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "name,time_pct,total,instances,avg,med,min,max,stddev,class,top_op,busy_pct"
+    );
+    assert_eq!(lines.len(), 4, "{out}");
+    // Totals are in descending order and equal a plain SQL sum.
+    let top = query_csv(
+        &store,
+        "SELECT sum(dur) AS t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 1",
+    );
+    let total = top.lines().nth(1).unwrap();
+    let first = lines[1].to_string();
+    assert!(first.contains(&format!(",{total},")), "{first} vs {total}");
+    let o = gpuq(&store, &["top", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown run nope"), "{}", stderr(&o));
+}

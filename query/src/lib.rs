@@ -12,6 +12,7 @@
 //! | `gpu_ops` | kind in (`kernel`, `memcpy`, `memset`) |
 //! | `steps` | `ProfilerStep#N` ranges: run, rank, step, ts, dur |
 
+pub mod analyses;
 pub mod functions;
 
 use datafusion::error::Result;

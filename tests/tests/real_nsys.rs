@@ -202,3 +202,79 @@ async fn nsys_gpu_work_is_attributed_to_its_launch_in_the_same_process() {
         assert!(c.iter().all(|v| v == Some(1)), "one GPU per process");
     }
 }
+
+/// A float column rendered as nsys prints it (one decimal).
+fn one_decimal(c: &dyn Array, row: usize) -> String {
+    let c = datafusion::arrow::compute::cast(c, &DataType::Float64).unwrap();
+    format!(
+        "{:.1}",
+        c.as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+            .value(row)
+    )
+}
+
+#[tokio::test]
+async fn top_kernels_reproduces_cuda_gpu_kern_sum_row_for_row() {
+    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
+        eprintln!("SKIPPED: ../shared/traces/nsys not found");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let file = entry.unwrap().path();
+        if file.extension().is_none_or(|e| e != "sqlite") {
+            continue;
+        }
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let run = format!("r{checked}");
+        let opts = IngestOptions {
+            run: Some(RunId::new(&run).unwrap()),
+            ..Default::default()
+        };
+        gpuq_ingest::ingest(&store, std::slice::from_ref(&file), &opts, &NoProgress).unwrap();
+        let sql = gpuq_query::analyses::top_kernels_sql(&run, None);
+        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        // Our rows as nsys's CSV columns: Time (%), Total, Instances, Avg, Med, Min, Max, StdDev, Name.
+        let mut got = Vec::new();
+        for b in &batches {
+            let col = |n: &str| b.column_by_name(n).unwrap().clone();
+            let name = datafusion::arrow::compute::cast(&col("name"), &DataType::Utf8).unwrap();
+            for r in 0..b.num_rows() {
+                let int = |n: &str| {
+                    datafusion::arrow::compute::cast(&col(n), &DataType::Int64)
+                        .unwrap()
+                        .as_primitive::<Int64Type>()
+                        .value(r)
+                        .to_string()
+                };
+                got.push(vec![
+                    one_decimal(col("time_pct").as_ref(), r),
+                    int("total"),
+                    int("instances"),
+                    one_decimal(col("avg").as_ref(), r),
+                    one_decimal(col("med").as_ref(), r),
+                    int("min"),
+                    int("max"),
+                    one_decimal(col("stddev").as_ref(), r),
+                    name.as_string::<i32>().value(r).to_string(),
+                ]);
+            }
+        }
+        let mut want = Vec::new();
+        let mut rd =
+            csv::Reader::from_path(dir.join("golden").join(&stem).join("cuda_gpu_kern_sum.csv"))
+                .unwrap();
+        for rec in rd.records() {
+            want.push(rec.unwrap().iter().map(str::to_string).collect::<Vec<_>>());
+        }
+        assert_eq!(
+            got, want,
+            "{stem}: top_kernels vs cuda_gpu_kern_sum (in order)"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 7);
+}

@@ -1,0 +1,42 @@
+//! Analyses that answer "where does the GPU time go?", as SQL over the session's views.
+//!
+//! Each analysis is a query text built here and run like any other statement, so the CLI,
+//! the REPL and tests share one definition.
+
+/// Quotes `s` as a SQL string literal.
+pub fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Per-kernel statistics of one run, computed as Nsight Systems' `cuda_gpu_kern_sum`:
+/// `time_pct` (100 · total / all kernels' total, rounded to 0.1), `total`, `instances`,
+/// `avg`, `med` (mean of the two middle values for an even count), `min`, `max`, `stddev`
+/// (sample standard deviation, 0 for one instance; avg/med/stddev rounded to 0.1 like nsys),
+/// ordered by total descending, then instances, then name; plus the kernel's `class`
+/// ([`kernel_class`](crate::functions)), the operator that launched it most often (`top_op`)
+/// and its share of the run's GPU kernel busy time (`busy_pct`: total / union of all kernel
+/// intervals; above 100 when kernels overlap).
+///
+/// ```sql
+/// -- gpuq top llama-bs8 -n 10
+/// ```
+pub fn top_kernels_sql(run: &str, limit: Option<usize>) -> String {
+    let run = literal(run);
+    let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+    format!(
+        "WITH k AS (SELECT name, dur, ts, op FROM kernels WHERE run = {run}), \
+         stats AS (SELECT name, sum(dur) AS total, count(*) AS instances, \
+           avg(CAST(dur AS DOUBLE)) AS mean, median(CAST(dur AS DOUBLE)) AS med, \
+           min(dur) AS min, max(dur) AS max, stddev_samp(CAST(dur AS DOUBLE)) AS sd \
+           FROM k GROUP BY name), \
+         ops AS (SELECT name, op, row_number() OVER (PARTITION BY name \
+           ORDER BY count(*) DESC, op) AS rank FROM k WHERE op IS NOT NULL GROUP BY name, op), \
+         whole AS (SELECT sum(dur) AS all_total, busy_time(ts, dur) AS busy FROM k) \
+         SELECT stats.name, round(100.0 * total / all_total, 1) AS time_pct, total, instances, \
+           round(mean, 1) AS avg, round(med, 1) AS med, min, max, \
+           round(coalesce(sd, 0.0), 1) AS stddev, kernel_class(stats.name) AS class, \
+           ops.op AS top_op, round(100.0 * total / busy, 1) AS busy_pct \
+         FROM stats CROSS JOIN whole LEFT JOIN ops ON ops.name = stats.name AND ops.rank = 1 \
+         ORDER BY total DESC, instances, stats.name{limit}"
+    )
+}
