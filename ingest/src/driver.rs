@@ -145,13 +145,12 @@ pub fn ingest(
     let mut planned = Vec::new();
     for (run, files) in plan {
         let mut sources = Vec::new();
-        let mut in_dirs = 0;
         for (f, named) in &files {
             match Source::open(f, opts.format) {
                 Ok(s) => sources.push(s),
                 // A directory may hold other files (READMEs, stats): only named files must be
                 // traces.
-                Err(_) if !named => in_dirs += 1,
+                Err(_) if !named => {}
                 Err(e) => {
                     return Err(IngestError::Detect {
                         path: f.clone(),
@@ -167,7 +166,6 @@ pub fn ingest(
                 .unwrap_or(Path::new("."));
             return Err(IngestError::EmptyDirectory(dir.to_path_buf()));
         }
-        let _ = in_dirs;
         planned.push((run, source::group_rocprof(sources)));
     }
     let mut reports = Vec::new();
