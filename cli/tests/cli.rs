@@ -528,6 +528,15 @@ fn demo_runs_end_to_end() {
     assert!(out.contains("aten::"), "{out}");
 }
 
+/// Writes the small generated Nsight Systems export to `path`.
+fn generate_nsys(path: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["generate", "--format", "nsys", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
@@ -544,11 +553,7 @@ fn nsys_rocprof_and_stage_logs_are_detected_by_content_and_land_in_one_model() {
     let store = dir.path().join("store");
     // Names that say nothing: detection is by content.
     let nsys = dir.path().join("capture.bin");
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", "--format", "nsys", nsys.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    generate_nsys(&nsys);
     let o = gpuq(
         &store,
         &["ingest", "-q", nsys.to_str().unwrap(), "--run", "h100"],
@@ -619,11 +624,7 @@ fn bad_input_of_every_format_is_rejected_and_leaves_the_store_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let nsys = dir.path().join("good.sqlite");
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", "--format", "nsys", nsys.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    generate_nsys(&nsys);
     assert!(gpuq(&store, &["ingest", "-q", nsys.to_str().unwrap()])
         .status
         .success());
@@ -724,11 +725,7 @@ fn top_lists_a_runs_kernels_by_time_and_rejects_unknown_runs() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let nsys = dir.path().join("r.sqlite");
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", "--format", "nsys", nsys.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    generate_nsys(&nsys);
     assert!(gpuq(
         &store,
         &["ingest", "-q", nsys.to_str().unwrap(), "--run", "r"]

@@ -774,7 +774,7 @@ pub fn parse(
     };
     let mut trace = ParsedTrace {
         epoch_time: false,
-        top_level: metadata(&conn, &ctx.strings)?,
+        top_level: metadata(&conn)?,
         ..Default::default()
     };
     // Cut every table into rowid ranges; read them on all cores.
@@ -889,10 +889,7 @@ fn domains(conn: &Connection) -> Result<HashMap<(i64, i64), String>, TraceError>
 
 /// Run metadata: export and capture metadata, session start, processes, GPUs (as
 /// `deviceProperties`, which the driver reads for device names).
-fn metadata(
-    conn: &Connection,
-    strings: &Strings,
-) -> Result<serde_json::Map<String, serde_json::Value>, TraceError> {
+fn metadata(conn: &Connection) -> Result<serde_json::Map<String, serde_json::Value>, TraceError> {
     use serde_json::{json, Map, Value};
     let mut top = Map::new();
     let name_value = |table: &str| -> Result<Option<Value>, TraceError> {
@@ -994,7 +991,6 @@ fn metadata(
             top.insert("deviceProperties".into(), Value::Array(gpus));
         }
     }
-    let _ = strings;
     top.insert("nsys".into(), Value::Object(nsys));
     Ok(top)
 }
