@@ -79,6 +79,56 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// When the GPUs sat idle and why: per-cause totals and the longest gaps
+    Gaps {
+        /// Run name
+        run: String,
+        /// Only gaps longer than this (e.g. 100us, 1.5ms; default: every gap)
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        min_gap: Option<i64>,
+        /// Show the N longest gaps [default for tables: 20]
+        #[arg(short = 'n', long)]
+        limit: Option<usize>,
+        /// Per stream (HTA's idle time breakdown) instead of per device
+        #[arg(long)]
+        per_stream: bool,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// GPU utilisation over time, as Nsight Systems' gpu_time_util (chunked In-Use %)
+    Util {
+        /// Run name
+        run: String,
+        /// Chunks per device (1 to 1000)
+        #[arg(long, default_value_t = 30)]
+        chunks: i64,
+        /// Keep only chunks under this In-Use %, merging neighbours (nsys's default is 50)
+        #[arg(long, value_name = "PCT")]
+        threshold: Option<i64>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Per device: busy, idle, compute, exposed communication and copies, sync, overhead
+    Breakdown {
+        /// Run name
+        run: String,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Macro stages (stage logs, profiler steps, forward/backward/optimizer/dataloader) and per-step statistics
+    Stages {
+        /// Run name
+        run: String,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// What to fix first: findings with severity, evidence and a recommended action
+    Findings {
+        /// Run name
+        run: String,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
     /// Generate a multi-step training trace, ingest it, and show where the GPU time goes
     Demo {
         /// Profiler steps to generate
@@ -204,4 +254,14 @@ pub fn store_dir(flag: Option<PathBuf>) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
     home.join(".local/share/gpuq")
+}
+
+/// A duration argument (`500us`, `1.5ms`, `0`) -> ns.
+fn parse_duration(s: &str) -> Result<i64, String> {
+    if s == "0" {
+        return Ok(0);
+    }
+    gpuq_query::functions::durations::parse_dur(s)
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 250ns, 100us, 1.5ms, 2s)"))
 }

@@ -5,6 +5,7 @@ use crate::exec::run_sql_text;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
 use gpuq_ingest::driver::{self, IngestOptions, Progress, RunReport};
+use gpuq_query::analyses;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -67,16 +68,70 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Runs { action, format } => runs(&open_store(&store_path)?, action, format).await,
         Command::Top { run, limit, format } => {
-            let run = RunId::new(run)?;
-            let store = open_store(&store_path)?;
-            if !store.manifest()?.runs.contains_key(&run) {
-                anyhow::bail!("unknown run {run} (see `gpuq runs`)");
-            }
-            let ctx = gpuq_query::open_session(&store).await?;
-            let sql = gpuq_query::analyses::top_kernels_sql(run.as_str(), limit);
-            let failed = run_sql_text(&ctx, &sql, format, false, &mut std::io::stdout()).await;
-            Ok(exit_code(failed))
+            let limit = limit.map(|n| Some(n as i64));
+            let sql = analyses::select_sql("top_kernels", &run, &[limit.flatten()]);
+            analysis(&store_path, &run, &sql, format).await
         }
+        Command::Gaps {
+            run,
+            min_gap,
+            limit,
+            per_stream,
+            format,
+        } => {
+            let sql = gaps_sql(&run, min_gap, limit, per_stream, format);
+            analysis(&store_path, &run, &sql, format).await
+        }
+        Command::Util {
+            run,
+            chunks,
+            threshold,
+            format,
+        } => {
+            let sql = analyses::select_sql("gpu_util", &run, &[Some(chunks), threshold]);
+            let sql = if format == OutputFormat::Table {
+                format!(
+                    "SELECT rank, pid, device, ts, fmt_dur(dur) AS duration, in_use_pct \
+                     FROM ({sql}) ORDER BY rank, pid, device, ts"
+                )
+            } else {
+                sql
+            };
+            analysis(&store_path, &run, &sql, format).await
+        }
+        Command::Breakdown { run, format } => {
+            let sql = analyses::select_sql("breakdown", &run, &[]);
+            let sql = if format == OutputFormat::Table {
+                format!(
+                    "SELECT rank, pid, device, fmt_dur(span) AS span, fmt_dur(busy) AS busy, \
+                     idle_pct, fmt_dur(compute) AS compute, fmt_dur(comm_exposed) AS exposed_comm, \
+                     comm_overlap_pct, fmt_dur(memcpy_exposed) AS exposed_memcpy, \
+                     fmt_dur(memset_exposed) AS exposed_memset, fmt_dur(sync) AS sync, \
+                     fmt_dur(wall) AS wall, fmt_dur(unaccounted) AS unaccounted FROM ({sql})"
+                )
+            } else {
+                sql
+            };
+            analysis(&store_path, &run, &sql, format).await
+        }
+        Command::Stages { run, format } => {
+            let (stages, steps) = (
+                analyses::select_sql("stages", &run, &[]),
+                analyses::select_sql("step_stats", &run, &[]),
+            );
+            let sql = if format == OutputFormat::Table {
+                format!(
+                    "SELECT rank, kind, name, instances, fmt_dur(wall) AS wall, share_pct, \
+                     fmt_dur(gpu_busy) AS gpu_busy, gpu_busy_pct FROM ({stages}); \
+                     SELECT rank, step, fmt_dur(dur) AS duration, fmt_dur(gpu_busy) AS gpu_busy, \
+                     idle_pct, kernels, vs_median, top_kernel FROM ({steps}) ORDER BY rank, step"
+                )
+            } else {
+                format!("{stages}; {steps}")
+            };
+            analysis(&store_path, &run, &sql, format).await
+        }
+        Command::Findings { run, format } => findings(&store_path, &run, format).await,
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
         Command::Generate {
             output,
@@ -93,6 +148,104 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ..
         } => generate(&output, bytes, seed, rank),
     }
+}
+
+/// Runs an analysis statement over `run`, which must exist.
+async fn analysis(
+    store_path: &Path,
+    run: &str,
+    sql: &str,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, sql, format, false, &mut std::io::stdout()).await;
+    Ok(exit_code(failed))
+}
+
+/// A session over the store, after checking that `run` exists: an analysis of an unknown run
+/// says so instead of printing nothing.
+async fn session_with_run(
+    store_path: &Path,
+    run: &str,
+) -> anyhow::Result<datafusion::execution::context::SessionContext> {
+    let store = open_store(store_path)?;
+    let run = RunId::new(run)?;
+    if !store.manifest()?.runs.contains_key(&run) {
+        bail!("unknown run {run} (see `gpuq runs`)");
+    }
+    Ok(gpuq_query::open_session(&store).await?)
+}
+
+/// `gpuq gaps`: per-cause totals, then the longest gaps (tables); all gaps otherwise.
+fn gaps_sql(
+    run: &str,
+    min_gap: Option<i64>,
+    limit: Option<usize>,
+    per_stream: bool,
+    format: OutputFormat,
+) -> String {
+    let function = if per_stream {
+        "stream_gaps"
+    } else {
+        "gpu_gaps"
+    };
+    let gaps = analyses::select_sql(function, run, &[min_gap]);
+    let keys = if per_stream {
+        "rank, pid, device, stream"
+    } else {
+        "rank, pid, device"
+    };
+    if format != OutputFormat::Table {
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        return format!("SELECT * FROM ({gaps}) ORDER BY dur DESC, {keys}, ts{limit}");
+    }
+    let detail = if per_stream { "" } else { " detail," };
+    format!(
+        "SELECT {keys}, cause, count(*) AS gaps, fmt_dur(sum(dur)) AS total, \
+           round(100.0 * sum(dur) / sum(sum(dur)) OVER (PARTITION BY {keys}), 1) AS pct_of_idle \
+         FROM ({gaps}) GROUP BY {keys}, cause ORDER BY {keys}, sum(dur) DESC; \
+         SELECT {keys}, ts, fmt_dur(dur) AS duration, cause,{detail} next_name \
+         FROM ({gaps}) ORDER BY dur DESC, {keys}, ts LIMIT {}",
+        limit.unwrap_or(20)
+    )
+}
+
+/// `gpuq findings`: a numbered list for people; rows for machines.
+async fn findings(store_path: &Path, run: &str, format: OutputFormat) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql("findings", run, &[]);
+    if format != OutputFormat::Table {
+        return analysis(store_path, run, &sql, format).await;
+    }
+    let ctx = session_with_run(store_path, run).await?;
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let mut n = 0;
+    for b in &batches {
+        let col = |name: &str| {
+            datafusion::arrow::compute::cast(
+                b.column_by_name(name).expect("findings column"),
+                &datafusion::arrow::datatypes::DataType::Utf8,
+            )
+        };
+        let (sev, title, evidence, action) = (
+            col("severity")?,
+            col("title")?,
+            col("evidence")?,
+            col("action")?,
+        );
+        use datafusion::arrow::array::AsArray;
+        for r in 0..b.num_rows() {
+            n += 1;
+            let s =
+                |c: &datafusion::arrow::array::ArrayRef| c.as_string::<i32>().value(r).to_string();
+            println!("{n}. [{}] {}", s(&sev), s(&title));
+            println!("   evidence: {}", s(&evidence));
+            println!("   action:   {}\n", s(&action));
+        }
+    }
+    if n == 0 {
+        println!("No findings for run {run}: no idle, launch, copy, sync or communication problem crossed its threshold.");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit status of a command that ran `failures` failing statements.
@@ -323,24 +476,37 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
     }
     let _ = std::fs::remove_file(&path);
     let ctx = gpuq_query::open_session(store).await?;
-    let sql = "\
-        SELECT name, count(*) AS instances, sum(dur) AS total_ns, \
-               round(100.0 * sum(dur) / sum(sum(dur)) OVER (), 1) AS time_pct, \
-               first_value(op) AS top_op \
-        FROM kernels WHERE run = 'demo' GROUP BY name ORDER BY total_ns DESC LIMIT 10; \
-        SELECT op, count(*) AS kernels, sum(dur) AS total_ns FROM kernels WHERE run = 'demo' \
-        GROUP BY op ORDER BY total_ns DESC LIMIT 10; \
-        SELECT step, count(*) AS kernels, sum(dur) AS kernel_ns FROM kernels WHERE run = 'demo' \
-        GROUP BY step ORDER BY step LIMIT 5;";
-    println!("\nTop kernels of run 'demo':");
-    let failed = run_sql_text(
-        &ctx,
-        sql,
-        OutputFormat::Table,
-        false,
-        &mut std::io::stdout(),
-    )
-    .await;
+    let mut failed = 0;
+    for (title, sql) in [
+        (
+            "Top kernels of run 'demo'",
+            "SELECT name, instances, fmt_dur(total) AS total, time_pct, class, top_op \
+             FROM top_kernels('demo', 10)",
+        ),
+        (
+            "Where the GPU time went (gpuq breakdown demo)",
+            "SELECT device, fmt_dur(span) AS span, fmt_dur(busy) AS busy, idle_pct, \
+             fmt_dur(compute) AS compute, fmt_dur(memcpy_exposed) AS exposed_memcpy, \
+             fmt_dur(unaccounted) AS unaccounted FROM breakdown('demo')",
+        ),
+        (
+            "Idle gaps by cause (gpuq gaps demo)",
+            "SELECT cause, count(*) AS gaps, fmt_dur(sum(dur)) AS total FROM gpu_gaps('demo') \
+             GROUP BY cause ORDER BY sum(dur) DESC",
+        ),
+    ] {
+        println!("\n{title}:");
+        failed += run_sql_text(
+            &ctx,
+            sql,
+            OutputFormat::Table,
+            false,
+            &mut std::io::stdout(),
+        )
+        .await;
+    }
+    println!("\nFindings (gpuq findings demo):\n");
+    findings(store.root(), "demo", OutputFormat::Table).await?;
     println!("Try: gpuq --store {} sql", store.root().display());
     Ok(exit_code(failed))
 }

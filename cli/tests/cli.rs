@@ -526,6 +526,11 @@ fn demo_runs_end_to_end() {
     assert!(out.contains("stored as run demo"), "{out}");
     assert!(out.contains("Top kernels"), "{out}");
     assert!(out.contains("aten::"), "{out}");
+    assert!(
+        out.contains("Where the GPU time went") && out.contains("idle_pct"),
+        "{out}"
+    );
+    assert!(out.contains("Findings"), "{out}");
 }
 
 /// Writes the small generated Nsight Systems export to `path`.
@@ -535,6 +540,19 @@ fn generate_nsys(path: &Path) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A store under `dir` holding the small generated Nsight Systems export as run `r`.
+fn store_with_nsys_run(dir: &Path) -> PathBuf {
+    let store = dir.join("store");
+    let nsys = dir.join("r.sqlite");
+    generate_nsys(&nsys);
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", nsys.to_str().unwrap(), "--run", "r"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    store
 }
 
 fn repo_file(rel: &str) -> PathBuf {
@@ -723,15 +741,7 @@ fn bad_input_of_every_format_is_rejected_and_leaves_the_store_unchanged() {
 #[test]
 fn top_lists_a_runs_kernels_by_time_and_rejects_unknown_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    let nsys = dir.path().join("r.sqlite");
-    generate_nsys(&nsys);
-    assert!(gpuq(
-        &store,
-        &["ingest", "-q", nsys.to_str().unwrap(), "--run", "r"]
-    )
-    .status
-    .success());
+    let store = store_with_nsys_run(dir.path());
     let o = gpuq(&store, &["top", "r", "-n", "3", "--format", "csv"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -752,4 +762,99 @@ fn top_lists_a_runs_kernels_by_time_and_rejects_unknown_runs() {
     let o = gpuq(&store, &["top", "nope"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("unknown run nope"), "{}", stderr(&o));
+}
+
+#[test]
+fn analysis_commands_agree_with_their_sql_and_reject_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_nsys_run(dir.path());
+    let run = |args: &[&str]| {
+        let o = gpuq(&store, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let rows = |csv: &str| csv.lines().skip(1).map(str::to_string).collect::<Vec<_>>();
+
+    // gaps: CSV rows are the table function's rows, longest first, and --min-gap filters.
+    let all = rows(&run(&["gaps", "r", "--format", "csv"]));
+    let n = query_csv(&store, "SELECT count(*) FROM gpu_gaps('r')");
+    assert_eq!(n.lines().nth(1).unwrap(), all.len().to_string());
+    assert!(!all.is_empty());
+    let durs: Vec<i64> = all
+        .iter()
+        .map(|l| l.split(',').nth(5).unwrap().parse().unwrap())
+        .collect();
+    assert!(durs.windows(2).all(|w| w[0] >= w[1]), "not longest first");
+    let long = rows(&run(&["gaps", "r", "--min-gap", "50us", "--format", "csv"]));
+    let expected = durs.iter().filter(|&&d| d > 50_000).count();
+    assert_eq!(long.len(), expected);
+    let table = run(&["gaps", "r"]);
+    assert!(
+        table.contains("pct_of_idle") && table.contains("next_name"),
+        "{table}"
+    );
+    let streams = run(&["gaps", "r", "--per-stream", "--format", "csv", "-n", "5"]);
+    assert!(
+        streams.starts_with("run,rank,pid,device,stream,"),
+        "{streams}"
+    );
+    assert_eq!(rows(&streams).len(), 5);
+
+    // breakdown: busy + idle = span and the parts of busy add up, on every device.
+    let b = run(&["breakdown", "r", "--format", "csv"]);
+    let header: Vec<&str> = b.lines().next().unwrap().split(',').collect();
+    let col = |row: &[&str], name: &str| -> i64 {
+        row[header.iter().position(|h| *h == name).unwrap()]
+            .parse()
+            .unwrap()
+    };
+    let devices = rows(&b);
+    assert!(!devices.is_empty());
+    for line in &devices {
+        let row: Vec<&str> = line.split(',').collect();
+        assert_eq!(
+            col(&row, "busy") + col(&row, "idle"),
+            col(&row, "span"),
+            "{line}"
+        );
+        assert_eq!(
+            col(&row, "compute")
+                + col(&row, "comm_exposed")
+                + col(&row, "memcpy_exposed")
+                + col(&row, "memset_exposed"),
+            col(&row, "busy"),
+            "{line}"
+        );
+    }
+    // util: chunks per device, as asked.
+    let util = rows(&run(&["util", "r", "--chunks", "10", "--format", "csv"]));
+    assert_eq!(util.len(), 10 * devices.len());
+    assert!(run(&["stages", "r"]).contains("gpu_busy"));
+    let findings = run(&["findings", "r"]);
+    assert!(
+        findings.starts_with("1. [") || findings.starts_with("No findings"),
+        "{findings}"
+    );
+
+    for args in [
+        &["gaps", "nope"][..],
+        &["breakdown", "nope"],
+        &["util", "nope"],
+        &["stages", "nope"],
+        &["findings", "nope"],
+    ] {
+        let o = gpuq(&store, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).contains("unknown run nope"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = gpuq(&store, &["gaps", "r", "--min-gap", "soon"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("soon"), "{}", stderr(&o));
+    let o = gpuq(&store, &["util", "r", "--chunks", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("chunks"), "{}", stderr(&o));
 }

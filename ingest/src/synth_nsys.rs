@@ -133,6 +133,9 @@ pub struct NsysTruth {
     pub kernels_by_stream: BTreeMap<(i64, i64, i64), (u64, i64)>,
     /// `(pid, deviceId)` -> length of the union of its kernel, memcpy and memset intervals.
     pub busy_ns_by_device: BTreeMap<(i64, i64), i64>,
+    /// `(pid, deviceId)` -> that union as sorted, disjoint, non-touching intervals: its
+    /// idle gaps are the stretches between them.
+    pub busy_union_by_device: BTreeMap<(i64, i64), Vec<(i64, i64)>>,
     /// Largest correlationId of each process (they all start at 1).
     pub max_correlation_by_pid: BTreeMap<i64, i64>,
     /// Earliest start and latest end over all events (ns, session timebase).
@@ -900,6 +903,7 @@ struct Proc {
     /// GPU intervals since the last full sync (for the busy union).
     pending: Vec<(i64, i64)>,
     busy: i64,
+    union: Vec<(i64, i64)>,
 }
 
 fn stream_idx(stream: i64) -> usize {
@@ -1148,19 +1152,29 @@ impl Gen<'_> {
         // Every stream is idle: close the busy union of this segment.
         p.pending.sort_unstable();
         let mut cur: Option<(i64, i64)> = None;
-        for &(s, e) in &p.pending {
+        let close = |p: &mut Proc, (cs, ce): (i64, i64)| {
+            p.busy += ce - cs;
+            match p.union.last_mut() {
+                // Work of the next segment can start exactly where this one ended.
+                Some(last) if cs <= last.1 => last.1 = last.1.max(ce),
+                _ => p.union.push((cs, ce)),
+            }
+        };
+        let pending = std::mem::take(&mut p.pending);
+        for &(s, e) in &pending {
             match cur {
                 Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
-                Some((cs, ce)) => {
-                    p.busy += ce - cs;
+                Some(c) => {
+                    close(p, c);
                     cur = Some((s, e));
                 }
                 None => cur = Some((s, e)),
             }
         }
-        if let Some((cs, ce)) = cur {
-            p.busy += ce - cs;
+        if let Some(c) = cur {
+            close(p, c);
         }
+        p.pending = pending;
         p.pending.clear();
         Ok(())
     }
@@ -1181,6 +1195,7 @@ impl Gen<'_> {
             step: None,
             pending: Vec::new(),
             busy: 0,
+            union: Vec::new(),
         };
         p.t += p.rng.range(0, 100_000);
         // Init: driver and runtime calls without GPU work, the NCCL domain and a mark.
@@ -1328,6 +1343,9 @@ pub fn write_nsys(cfg: &NsysConfig, path: &Path) -> rusqlite::Result<NsysTruth> 
         for rank in 0..cfg.processes {
             let p = g.process(cfg, rank)?;
             g.truth.busy_ns_by_device.insert((p.pid, p.dev), p.busy);
+            g.truth
+                .busy_union_by_device
+                .insert((p.pid, p.dev), p.union.clone());
             g.truth.max_correlation_by_pid.insert(p.pid, p.corr);
             procs.push((p.pid, p.dev));
         }

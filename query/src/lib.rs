@@ -72,6 +72,7 @@ pub fn session_config() -> SessionConfig {
 pub async fn open_session(store: &Store) -> Result<SessionContext> {
     let ctx = SessionContext::new_with_config(session_config());
     functions::register_all(&ctx);
+    analyses::register_all(&ctx, store);
     ctx.register_table(
         "events",
         Arc::new(ManifestTable::new(store.clone(), TableKind::Events)),

@@ -1,14 +1,16 @@
 //! Every real Nsight Systems export in `../shared/traces/nsys/` ingests, and per-name kernel,
 //! memory-operation and CUDA API statistics equal NVIDIA's own `nsys stats` output
 //! (`golden/<fixture>/cuda_gpu_kern_sum.csv`, `cuda_gpu_mem_time_sum.csv`, `cuda_api_sum.csv`)
-//! row for row, exact to the ns.
+//! row for row, exact to the ns; and the analyses `top_kernels`, `gpu_gaps` and `gpu_util`
+//! reproduce `nsys stats` / `nsys analyze` (`cuda_gpu_kern_sum`, `gpu_gaps:gap=0`,
+//! `gpu_time_util:threshold=101:chunks=10`) row for row.
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use gpuq_engine::{RunId, Store};
 use gpuq_ingest::{IngestOptions, NoProgress};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `name -> (count, total, min, max)`.
 type Stats = BTreeMap<String, (i64, i64, i64, i64)>;
@@ -215,27 +217,14 @@ fn one_decimal(c: &dyn Array, row: usize) -> String {
 
 #[tokio::test]
 async fn top_kernels_reproduces_cuda_gpu_kern_sum_row_for_row() {
-    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
-        eprintln!("SKIPPED: ../shared/traces/nsys not found");
-        return;
-    };
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
+    let Some(fixtures) = ingest_fixtures(&store) else {
+        return;
+    };
     let ctx = gpuq_query::open_session(&store).await.unwrap();
-    let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let file = entry.unwrap().path();
-        if file.extension().is_none_or(|e| e != "sqlite") {
-            continue;
-        }
-        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
-        let run = format!("r{checked}");
-        let opts = IngestOptions {
-            run: Some(RunId::new(&run).unwrap()),
-            ..Default::default()
-        };
-        gpuq_ingest::ingest(&store, std::slice::from_ref(&file), &opts, &NoProgress).unwrap();
-        let sql = gpuq_query::analyses::top_kernels_sql(&run, None);
+    for (stem, golden, run) in fixtures {
+        let sql = format!("SELECT * FROM top_kernels('{run}')");
         let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
         // Our rows as nsys's CSV columns: Time (%), Total, Instances, Avg, Med, Min, Max, StdDev, Name.
         let mut got = Vec::new();
@@ -264,9 +253,7 @@ async fn top_kernels_reproduces_cuda_gpu_kern_sum_row_for_row() {
             }
         }
         let mut want = Vec::new();
-        let mut rd =
-            csv::Reader::from_path(dir.join("golden").join(&stem).join("cuda_gpu_kern_sum.csv"))
-                .unwrap();
+        let mut rd = csv::Reader::from_path(golden.join("cuda_gpu_kern_sum.csv")).unwrap();
         for rec in rd.records() {
             want.push(rec.unwrap().iter().map(str::to_string).collect::<Vec<_>>());
         }
@@ -274,7 +261,151 @@ async fn top_kernels_reproduces_cuda_gpu_kern_sum_row_for_row() {
             got, want,
             "{stem}: top_kernels vs cuda_gpu_kern_sum (in order)"
         );
-        checked += 1;
     }
-    assert_eq!(checked, 7);
+}
+
+/// Every shared Nsight Systems export, in name order, ingested into `store` as runs `r0`,
+/// `r1`, ...: (fixture name, its golden directory, run). None without `../shared`.
+fn ingest_fixtures(store: &Store) -> Option<Vec<(String, PathBuf, String)>> {
+    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
+        eprintln!("SKIPPED: ../shared/traces/nsys not found");
+        return None;
+    };
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let run = format!("r{i}");
+        let opts = IngestOptions {
+            run: Some(RunId::new(&run).unwrap()),
+            ..Default::default()
+        };
+        gpuq_ingest::ingest(store, std::slice::from_ref(file), &opts, &NoProgress).unwrap();
+        out.push((stem.clone(), dir.join("golden").join(&stem), run));
+    }
+    assert_eq!(out.len(), 7, "fixtures");
+    Some(out)
+}
+
+/// Rows of a query as text, each column rendered by arrow (floats with one decimal).
+async fn text_rows(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Vec<Vec<String>> {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut out = Vec::new();
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            out.push(
+                b.columns()
+                    .iter()
+                    .map(|c| match c.data_type() {
+                        DataType::Float64 => one_decimal(c.as_ref(), r),
+                        _ => datafusion::arrow::util::display::array_value_to_string(c, r).unwrap(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+/// A golden CSV's rows, with the named columns in the given order.
+fn golden_rows(path: &Path, columns: &[&str]) -> Vec<Vec<String>> {
+    let mut rd = csv::Reader::from_path(path).unwrap();
+    let headers = rd.headers().unwrap().clone();
+    let idx: Vec<usize> = columns
+        .iter()
+        .map(|c| {
+            headers
+                .iter()
+                .position(|h| h == *c)
+                .unwrap_or_else(|| panic!("{c}"))
+        })
+        .collect();
+    rd.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            idx.iter().map(|&i| rec[i].to_string()).collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn gpu_gaps_and_gpu_util_reproduce_nsys_analyze_row_for_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let Some(fixtures) = ingest_fixtures(&store) else {
+        return;
+    };
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let (mut gaps, mut chunks) = (0, 0);
+    for (stem, g, run) in fixtures {
+        // Row# orders by duration then start; ties across devices are unordered, so compare
+        // sorted rows.
+        let mut want = golden_rows(
+            &g.join("gpu_gaps_gap-0.csv"),
+            &["Duration (ns)", "Start (ns)", "PID", "Device ID"],
+        );
+        let mut got = text_rows(
+            &ctx,
+            &format!("SELECT dur, ts, pid, device FROM gpu_gaps('{run}', 0)"),
+        )
+        .await;
+        want.sort();
+        got.sort();
+        assert!(!want.is_empty(), "{stem}: no golden gaps");
+        assert_eq!(got.len(), want.len(), "{stem}: gap count");
+        assert_eq!(got, want, "{stem}: gpu_gaps gap=0");
+        gaps += got.len();
+
+        let mut want = golden_rows(
+            &g.join("gpu_time_util_threshold-101_chunks-10.csv"),
+            &[
+                "In-Use (%)",
+                "Duration (ns)",
+                "Start (ns)",
+                "PID",
+                "Device ID",
+            ],
+        );
+        let mut got = text_rows(
+            &ctx,
+            &format!("SELECT in_use_pct, dur, ts, pid, device FROM gpu_util('{run}', 10, 101)"),
+        )
+        .await;
+        want.sort();
+        got.sort();
+        assert!(!want.is_empty(), "{stem}: no golden utilisation rows");
+        assert_eq!(got, want, "{stem}: gpu_time_util threshold=101 chunks=10");
+        chunks += got.len();
+
+        // Unmerged chunks: at most ten per device, tiling the span of its merged row.
+        let merged: BTreeMap<(String, String), (String, String)> = got
+            .iter()
+            .map(|r| ((r[3].clone(), r[4].clone()), (r[2].clone(), r[1].clone())))
+            .collect();
+        let per_chunk = text_rows(
+            &ctx,
+            &format!(
+                "SELECT pid, device, count(*), min(ts), sum(dur) FROM gpu_util('{run}', 10) \
+                 GROUP BY pid, device"
+            ),
+        )
+        .await;
+        assert_eq!(per_chunk.len(), merged.len(), "{stem}: devices");
+        for row in per_chunk {
+            let n: usize = row[2].parse().unwrap();
+            assert!((1..=10).contains(&n), "{stem}: {n} chunks");
+            let key = (row[0].clone(), row[1].clone());
+            assert_eq!(
+                merged[&key],
+                (row[3].clone(), row[4].clone()),
+                "{stem}: {key:?}"
+            );
+        }
+    }
+    eprintln!("checked {gaps} gaps and {chunks} utilisation rows against nsys analyze");
 }

@@ -1,0 +1,394 @@
+//! `gpu_gaps(run [, min_gap_ns])` and `stream_gaps(run [, min_gap_ns])`: when the GPU sat
+//! idle, and why.
+//!
+//! **Device gaps** (`gpu_gaps`): per device timeline (rank, pid, device), the idle intervals
+//! between the first and the last GPU operation (kernels, memcpy, memset with `ts > 0`; plus
+//! the profiler-overhead rows Nsight Systems counts as device work): every stretch where no
+//! operation runs, longer than `min_gap_ns` (default 0: every gap). This is Nsight Systems'
+//! `gpu_gaps` rule exactly (its sort-merge of starts and ends finds the same intervals).
+//!
+//! Each gap gets one `cause`, the first that applies:
+//! 1. `sync`: host synchronisation calls (`*Synchronize*`) of the launching process cover at
+//!    least half of the gap: the host waited instead of feeding the GPU;
+//! 2. `dataloader`: a data-loading range (annotation or stage whose name looks like data
+//!    loading, e.g. `enumerate(DataLoader)#...`, stage `dataloader`) covers at least half;
+//! 3. `stage`: another stage-log stage covers at least half (`detail` names it);
+//! 4. `host_wait`: the call that launched the work ending the gap began after the GPU went
+//!    idle: the host was late;
+//! 5. `short`: under 30 µs with the work already queued (back-to-back work);
+//! 6. `other`.
+//!
+//! `detail` names the sync call, range or launch call behind the cause; `next_name` is the
+//! operation that ended the gap.
+//!
+//! **Stream gaps** (`stream_gaps`): HTA's idle time breakdown: per stream, the time between
+//! consecutive operations (sorted by start, against the latest end so far); `host_wait` when
+//! the next launch began after the previous operation ended, else `kernel_wait` when under
+//! 30 µs, else `other`.
+//!
+//! ```sql
+//! SELECT cause, count(*), fmt_dur(sum(dur)) FROM gpu_gaps('llama-bs8', dur('100us')) GROUP BY cause;
+//! ```
+
+use super::data::{ranges, DeviceKey, Host, HostCall, Names, Range, Timelines};
+use super::{batch, Call, Spec};
+use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::error::Result;
+use datafusion::execution::context::SessionContext;
+use futures::FutureExt;
+use regex::Regex;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+/// Gaps shorter than this between queued work are `short` (HTA's kernel_wait threshold).
+pub const SHORT_GAP_NS: i64 = 30_000;
+
+pub static GPU_GAPS: Spec = Spec {
+    name: "gpu_gaps",
+    params: &["min_gap_ns"],
+    schema: gpu_gaps_schema,
+    compute: |ctx, call| gpu_gaps(ctx, call).boxed(),
+    validate: validate_min_gap,
+};
+
+pub static STREAM_GAPS: Spec = Spec {
+    name: "stream_gaps",
+    params: &["min_gap_ns"],
+    schema: stream_gaps_schema,
+    compute: |ctx, call| stream_gaps(ctx, call).boxed(),
+    validate: validate_min_gap,
+};
+
+fn validate_min_gap(call: &Call) -> std::result::Result<(), String> {
+    match call.int(0) {
+        Some(n) if n < 0 => Err(format!("min_gap_ns must be >= 0, got {n}")),
+        _ => Ok(()),
+    }
+}
+
+fn key_fields() -> Vec<Field> {
+    vec![
+        Field::new("run", DataType::Utf8, false),
+        Field::new("rank", DataType::Int32, true),
+        Field::new("pid", DataType::Int64, true),
+        Field::new("device", DataType::Int32, true),
+    ]
+}
+
+fn gpu_gaps_schema() -> SchemaRef {
+    let mut f = key_fields();
+    f.extend([
+        Field::new("ts", DataType::Int64, false),
+        Field::new("dur", DataType::Int64, false),
+        Field::new("cause", DataType::Utf8, false),
+        Field::new("detail", DataType::Utf8, true),
+        Field::new("next_name", DataType::Utf8, true),
+    ]);
+    Arc::new(Schema::new(f))
+}
+
+fn stream_gaps_schema() -> SchemaRef {
+    let mut f = key_fields();
+    f.extend([
+        Field::new("stream", DataType::Int64, true),
+        Field::new("ts", DataType::Int64, false),
+        Field::new("dur", DataType::Int64, false),
+        Field::new("cause", DataType::Utf8, false),
+        Field::new("next_name", DataType::Utf8, true),
+    ]);
+    Arc::new(Schema::new(f))
+}
+
+/// One idle interval of a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    pub key: DeviceKey,
+    pub start: i64,
+    pub dur: i64,
+    pub cause: &'static str,
+    pub detail: Option<String>,
+    pub next_name: String,
+}
+
+static DATA_LOADING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)data\s*_?loader|dataloader|data[_ ]?load|load[_ ]?data|fetch[_ ]?batch|next_batch|prefetch|^data$|^input$|collate")
+        .expect("valid regex")
+});
+
+/// Whether a range or stage name looks like data loading.
+pub fn is_data_loading(name: &str) -> bool {
+    DATA_LOADING.is_match(name)
+}
+
+fn is_sync_call(name: &str) -> bool {
+    name.contains("ynchronize")
+}
+
+/// Ranges sorted by start, with the running maximum end, for "which ranges overlap
+/// `[lo, hi)`" without scanning them all.
+struct Index<T> {
+    items: Vec<(i64, i64, T)>,
+    max_end: Vec<i64>,
+}
+
+impl<T> Index<T> {
+    fn new(mut items: Vec<(i64, i64, T)>) -> Self {
+        items.sort_by_key(|i| (i.0, i.1));
+        let mut m = i64::MIN;
+        let max_end = items
+            .iter()
+            .map(|i| {
+                m = m.max(i.1);
+                m
+            })
+            .collect();
+        Index { items, max_end }
+    }
+
+    /// Items overlapping `[lo, hi)`, latest start first.
+    fn overlapping(&self, lo: i64, hi: i64) -> impl Iterator<Item = &(i64, i64, T)> {
+        let end = self.items.partition_point(|i| i.0 < hi);
+        (0..end)
+            .rev()
+            .take_while(move |&i| self.max_end[i] > lo)
+            .map(|i| &self.items[i])
+            .filter(move |i| i.1 > lo)
+    }
+
+    /// Length of `[lo, hi)` covered by the items, and the item covering the most of it.
+    fn coverage(&self, lo: i64, hi: i64) -> (i64, Option<&T>) {
+        let mut set = Vec::new();
+        let mut best: Option<(i64, &T)> = None;
+        for (s, e, t) in self.overlapping(lo, hi) {
+            let (s, e) = ((*s).max(lo), (*e).min(hi));
+            set.push((s, e));
+            if best.is_none_or(|b| e - s > b.0) {
+                best = Some((e - s, t));
+            }
+        }
+        (
+            super::intervals::length(&super::intervals::union(set)),
+            best.map(|b| b.1),
+        )
+    }
+}
+
+/// What the cause rules look at, for one run.
+struct Context<'a> {
+    names: &'a Names,
+    /// (rank, pid) -> the process's synchronisation calls.
+    syncs: HashMap<(Option<i32>, Option<i64>), Index<u32>>,
+    /// rank -> data-loading ranges and stages (rank-less ranges, e.g. a stage log added to a
+    /// run, apply to every rank).
+    stages: HashMap<Option<i32>, Index<(u32, bool)>>,
+}
+
+impl<'a> Context<'a> {
+    fn new(host: &'a Host, names: &'a Names, ranges: &[Range]) -> Self {
+        let mut syncs: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
+        for c in &host.calls {
+            if is_sync_call(names.get(c.name)) {
+                syncs
+                    .entry((c.rank, c.pid))
+                    .or_default()
+                    .push((c.start, c.end, c.name));
+            }
+        }
+        let mut ranks: Vec<Option<i32>> = host.calls.iter().map(|c| c.rank).collect();
+        ranks.extend(ranges.iter().map(|r| r.rank));
+        ranks.sort_unstable();
+        ranks.dedup();
+        let stage_scope = |r: &Range| r.scope.is_some_and(|s| names.get(s) == "stage");
+        let mut stages: HashMap<_, Vec<(i64, i64, (u32, bool))>> = HashMap::new();
+        for r in ranges {
+            let loading = is_data_loading(names.get(r.name));
+            if !(loading || stage_scope(r)) {
+                continue;
+            }
+            let targets: Vec<Option<i32>> = match r.rank {
+                None => ranks.clone(),
+                rank => vec![rank],
+            };
+            for t in targets {
+                stages
+                    .entry(t)
+                    .or_default()
+                    .push((r.start, r.end, (r.name, loading)));
+            }
+        }
+        Context {
+            names,
+            syncs: syncs.into_iter().map(|(k, v)| (k, Index::new(v))).collect(),
+            stages: stages
+                .into_iter()
+                .map(|(k, v)| (k, Index::new(v)))
+                .collect(),
+        }
+    }
+
+    fn cause(
+        &self,
+        key: &DeviceKey,
+        lo: i64,
+        hi: i64,
+        launch: Option<&HostCall>,
+    ) -> (&'static str, Option<String>) {
+        let half = (hi - lo + 1) / 2;
+        let host_pid = launch.map_or(key.pid, |l| l.pid);
+        if let Some(idx) = self.syncs.get(&(key.rank, host_pid)) {
+            let (n, best) = idx.coverage(lo, hi);
+            if n >= half {
+                return ("sync", best.map(|&id| self.names.get(id).to_string()));
+            }
+        }
+        if let Some(idx) = self.stages.get(&key.rank) {
+            let (n, best) = idx.coverage(lo, hi);
+            if n >= half {
+                if let Some(&(name, loading)) = best {
+                    let cause = if loading { "dataloader" } else { "stage" };
+                    return (cause, Some(self.names.get(name).to_string()));
+                }
+            }
+        }
+        if let Some(l) = launch {
+            if l.start > lo {
+                return ("host_wait", Some(self.names.get(l.name).to_string()));
+            }
+        }
+        if hi - lo < SHORT_GAP_NS {
+            return ("short", None);
+        }
+        ("other", None)
+    }
+}
+
+/// The device gaps longer than `min_gap_ns`, ordered by device timeline, then start.
+pub fn device_gaps(
+    timelines: &Timelines,
+    host: &Host,
+    names: &Names,
+    ranges: &[Range],
+    min_gap_ns: i64,
+) -> Vec<Gap> {
+    let cx = Context::new(host, names, ranges);
+    let mut out = Vec::new();
+    for (key, ops) in &timelines.devices {
+        let mut end = i64::MIN;
+        for op in ops {
+            if end != i64::MIN && op.start > end && op.start - end > min_gap_ns {
+                let launch = host.launch(key, op.correlation);
+                let (cause, detail) = cx.cause(key, end, op.start, launch);
+                out.push(Gap {
+                    key: key.clone(),
+                    start: end,
+                    dur: op.start - end,
+                    cause,
+                    detail,
+                    next_name: timelines.names.get(op.name).to_string(),
+                });
+            }
+            end = end.max(op.end);
+        }
+    }
+    out
+}
+
+/// Loads what the gap analyses read.
+async fn load(ctx: &SessionContext, run: &str) -> Result<(Timelines, Host, Names, Vec<Range>)> {
+    let timelines = Timelines::load(ctx, run, true).await?;
+    let mut names = Names::default();
+    let host = Host::load(ctx, run, &mut names).await?;
+    let ranges = ranges(ctx, run, &mut names).await?;
+    Ok((timelines, host, names, ranges))
+}
+
+async fn gpu_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
+    let (timelines, host, names, ranges) = load(&ctx, &call.run).await?;
+    let gaps = device_gaps(&timelines, &host, &names, &ranges, call.int(0).unwrap_or(0));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![call.run.as_str(); gaps.len()])),
+        Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.rank))),
+        Arc::new(Int64Array::from_iter(gaps.iter().map(|g| g.key.pid))),
+        Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.device))),
+        Arc::new(Int64Array::from_iter_values(gaps.iter().map(|g| g.start))),
+        Arc::new(Int64Array::from_iter_values(gaps.iter().map(|g| g.dur))),
+        Arc::new(StringArray::from_iter_values(gaps.iter().map(|g| g.cause))),
+        Arc::new(StringArray::from_iter(
+            gaps.iter().map(|g| g.detail.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            gaps.iter().map(|g| g.next_name.as_str()),
+        )),
+    ];
+    batch(gpu_gaps_schema(), columns)
+}
+
+/// One idle interval of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamGap {
+    pub key: DeviceKey,
+    pub stream: Option<i64>,
+    pub start: i64,
+    pub dur: i64,
+    pub cause: &'static str,
+    pub next_name: String,
+}
+
+/// HTA's per-stream gaps longer than `min_gap_ns`.
+pub fn per_stream_gaps(timelines: &Timelines, host: &Host, min_gap_ns: i64) -> Vec<StreamGap> {
+    let mut out = Vec::new();
+    for (key, ops) in &timelines.devices {
+        let mut streams: Vec<Option<i64>> = ops.iter().map(|o| o.stream).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        for stream in streams {
+            let mut end = i64::MIN;
+            // Overhead pseudo-operations have no stream.
+            for op in ops
+                .iter()
+                .filter(|o| o.stream == stream && stream.is_some())
+            {
+                if end != i64::MIN && op.start > end && op.start - end > min_gap_ns {
+                    let dur = op.start - end;
+                    let cause = match host.launch(key, op.correlation) {
+                        Some(l) if l.start > end => "host_wait",
+                        _ if dur < SHORT_GAP_NS => "kernel_wait",
+                        _ => "other",
+                    };
+                    out.push(StreamGap {
+                        key: key.clone(),
+                        stream,
+                        start: end,
+                        dur,
+                        cause,
+                        next_name: timelines.names.get(op.name).to_string(),
+                    });
+                }
+                end = end.max(op.end);
+            }
+        }
+    }
+    out
+}
+
+async fn stream_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
+    let timelines = Timelines::load(&ctx, &call.run, false).await?;
+    let mut names = Names::default();
+    let host = Host::load(&ctx, &call.run, &mut names).await?;
+    let gaps = per_stream_gaps(&timelines, &host, call.int(0).unwrap_or(0));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![call.run.as_str(); gaps.len()])),
+        Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.rank))),
+        Arc::new(Int64Array::from_iter(gaps.iter().map(|g| g.key.pid))),
+        Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.device))),
+        Arc::new(Int64Array::from_iter(gaps.iter().map(|g| g.stream))),
+        Arc::new(Int64Array::from_iter_values(gaps.iter().map(|g| g.start))),
+        Arc::new(Int64Array::from_iter_values(gaps.iter().map(|g| g.dur))),
+        Arc::new(StringArray::from_iter_values(gaps.iter().map(|g| g.cause))),
+        Arc::new(StringArray::from_iter_values(
+            gaps.iter().map(|g| g.next_name.as_str()),
+        )),
+    ];
+    batch(stream_gaps_schema(), columns)
+}

@@ -1,0 +1,273 @@
+//! Analyses that answer "where does the GPU time go?": table functions registered in every
+//! session, each also a `gpuq` subcommand that prints `SELECT * FROM <function>(...)`.
+//!
+//! | function | rows | definition |
+//! |---|---|---|
+//! | `top_kernels(run [, n])` | per kernel name | [`top`] (Nsight Systems' `cuda_gpu_kern_sum`) |
+//! | `gpu_gaps(run [, min_gap_ns])` | per idle interval of a device | [`gaps`] (nsys `gpu_gaps`, with causes) |
+//! | `stream_gaps(run [, min_gap_ns])` | per idle interval of a stream | [`gaps`] (HTA's idle time breakdown) |
+//! | `gpu_util(run [, chunks [, threshold_pct]])` | per time chunk of a device | [`util`] (nsys `gpu_time_util`) |
+//! | `breakdown(run)` | per rank and device | [`breakdown`] |
+//! | `stages(run)`, `step_stats(run)` | per stage / per step | [`stages`] |
+//! | `launch_stats(run)` | per GPU operation | [`launch`] |
+//! | `findings(run)` | per finding | [`findings`] |
+//!
+//! The definitions, and how they differ from HTA's, TraceLens' and Nsight Systems', are in
+//! `docs/analyses.md`. An analysis reads only its run's rows (the scans prune by run), computes
+//! in Rust over exact integer nanoseconds, and runs when the table is scanned, not when the
+//! statement is planned.
+
+pub mod breakdown;
+pub(crate) mod data;
+pub mod findings;
+pub mod gaps;
+pub(crate) mod intervals;
+pub mod launch;
+pub mod stages;
+pub mod top;
+pub mod util;
+
+pub use top::top_kernels_sql;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::{SessionContext, SessionState};
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::future::BoxFuture;
+use gpuq_engine::{RunId, Store};
+use std::fmt;
+use std::sync::Arc;
+
+/// Quotes `s` as a SQL string literal.
+pub fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The arguments of one call: the run and the optional integer parameters after it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub run: String,
+    pub ints: Vec<Option<i64>>,
+}
+
+impl Call {
+    fn int(&self, i: usize) -> Option<i64> {
+        self.ints.get(i).copied().flatten()
+    }
+}
+
+type Compute = fn(SessionContext, Call) -> BoxFuture<'static, Result<Vec<RecordBatch>>>;
+
+/// One table function: its name, its optional integer parameters (after `run`), its output
+/// schema and how it is computed.
+pub struct Spec {
+    pub name: &'static str,
+    pub params: &'static [&'static str],
+    pub schema: fn() -> SchemaRef,
+    compute: Compute,
+    /// Checks the integer parameters before anything runs.
+    validate: fn(&Call) -> std::result::Result<(), String>,
+}
+
+impl fmt::Debug for Spec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Spec").field("name", &self.name).finish()
+    }
+}
+
+pub(crate) fn no_checks(_: &Call) -> std::result::Result<(), String> {
+    Ok(())
+}
+
+/// Every analysis table function.
+pub fn specs() -> Vec<&'static Spec> {
+    vec![
+        &top::TOP_KERNELS,
+        &gaps::GPU_GAPS,
+        &gaps::STREAM_GAPS,
+        &util::GPU_UTIL,
+        &breakdown::BREAKDOWN,
+        &stages::STAGES,
+        &stages::STEP_STATS,
+        &launch::LAUNCH_STATS,
+        &findings::FINDINGS,
+    ]
+}
+
+/// Registers every analysis as a table function of `ctx`.
+pub fn register_all(ctx: &SessionContext, store: &Store) {
+    for spec in specs() {
+        ctx.register_udtf(
+            spec.name,
+            Arc::new(AnalysisFunction {
+                spec,
+                store: store.clone(),
+            }),
+        );
+    }
+}
+
+/// `SELECT * FROM name('run', args...)`: the statement a subcommand runs.
+pub fn select_sql(name: &str, run: &str, ints: &[Option<i64>]) -> String {
+    let mut args = vec![literal(run)];
+    // Trailing parameters that are not given are left out; inner ones become NULL.
+    let last = ints.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    args.extend(
+        ints[..last]
+            .iter()
+            .map(|v| v.map_or("NULL".to_string(), |v| v.to_string())),
+    );
+    format!("SELECT * FROM {name}({})", args.join(", "))
+}
+
+struct AnalysisFunction {
+    spec: &'static Spec,
+    store: Store,
+}
+
+impl fmt::Debug for AnalysisFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}()", self.spec.name)
+    }
+}
+
+impl AnalysisFunction {
+    fn usage(&self) -> String {
+        let mut s = format!("{}(run", self.spec.name);
+        for p in self.spec.params {
+            s.push_str(&format!(" [, {p}"));
+        }
+        s.push_str(&"]".repeat(self.spec.params.len()));
+        s.push(')');
+        s
+    }
+
+    fn error(&self, msg: impl fmt::Display) -> DataFusionError {
+        DataFusionError::Plan(format!("{msg} (usage: {})", self.usage()))
+    }
+
+    fn parse(&self, exprs: &[Expr]) -> Result<Call> {
+        if exprs.is_empty() || exprs.len() > 1 + self.spec.params.len() {
+            return Err(self.error(format!(
+                "{} takes 1 to {} arguments, got {}",
+                self.spec.name,
+                1 + self.spec.params.len(),
+                exprs.len()
+            )));
+        }
+        let mut values = Vec::with_capacity(exprs.len());
+        let simplifier = ExprSimplifier::new(SimplifyContext::default());
+        for e in exprs {
+            match simplifier.simplify(e.clone())? {
+                Expr::Literal(v, _) => values.push(v),
+                other => {
+                    return Err(self.error(format!("argument {other} is not a constant")));
+                }
+            }
+        }
+        let run = match &values[0] {
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)) => s.clone(),
+            v => return Err(self.error(format!("the run must be a string, got {v}"))),
+        };
+        let mut ints = Vec::new();
+        for (v, name) in values[1..].iter().zip(self.spec.params) {
+            ints.push(if v.is_null() {
+                None
+            } else {
+                let n = v
+                    .cast_to(&datafusion::arrow::datatypes::DataType::Int64)
+                    .map_err(|_| self.error(format!("{name} must be an integer, got {v}")))?;
+                match n {
+                    ScalarValue::Int64(n) => n,
+                    _ => None,
+                }
+            });
+        }
+        let call = Call { run, ints };
+        (self.spec.validate)(&call).map_err(|m| self.error(m))?;
+        Ok(call)
+    }
+}
+
+impl TableFunctionImpl for AnalysisFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let call = self.parse(args.exprs())?;
+        let run = RunId::new(call.run.as_str())
+            .map_err(|e| DataFusionError::Plan(format!("{}: {e}", self.spec.name)))?;
+        let manifest = self
+            .store
+            .manifest()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if !manifest.runs.contains_key(&run) {
+            return Err(DataFusionError::Plan(format!(
+                "{}: unknown run {run} (see `SELECT run FROM runs`)",
+                self.spec.name
+            )));
+        }
+        Ok(Arc::new(AnalysisTable {
+            spec: self.spec,
+            call,
+        }))
+    }
+}
+
+/// The table a call returns; computed when scanned.
+struct AnalysisTable {
+    spec: &'static Spec,
+    call: Call,
+}
+
+impl fmt::Debug for AnalysisTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({:?})", self.spec.name, self.call)
+    }
+}
+
+#[async_trait]
+impl TableProvider for AnalysisTable {
+    fn schema(&self) -> SchemaRef {
+        (self.spec.schema)()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let state = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| DataFusionError::Internal("analyses need a SessionState".into()))?;
+        let ctx = SessionContext::new_with_state(state.clone());
+        let batches = (self.spec.compute)(ctx, self.call.clone()).await?;
+        Ok(MemorySourceConfig::try_new_exec(
+            &[batches],
+            self.schema(),
+            projection.cloned(),
+        )?)
+    }
+}
+
+/// One output batch from columns in schema order.
+pub(crate) fn batch(schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<Vec<RecordBatch>> {
+    Ok(vec![RecordBatch::try_new(schema, columns)?])
+}
+
+#[cfg(test)]
+mod tests;
