@@ -72,7 +72,7 @@ def main():
                 continue
             bound_us = 2 * ops
             for r in ours:
-                h = tb.iloc[0] if len(tb) == 1 else tb[tb["rank"] == (r["rank"] or 0)].iloc[0]
+                h = tb.iloc[0] if len(tb) == 1 else tb[tb["rank"] == (r.get("rank") or 0)].iloc[0]
                 row = []
                 for col, hcol in (("span", "kernel_time(us)"), ("idle", "idle_time(us)"),
                                   ("compute", "compute_time(us)")):
@@ -85,7 +85,7 @@ def main():
                     row.append(f"{col} gpuq {g_us:,.1f} µs HTA {h_us:,.0f} µs (Δ {diff:+,.1f}, {rel:.2f}%)")
                 idle_pct_g = 100 * r["idle"] / r["span"] if r["span"] else 0
                 idle_pct_h = float(h["idle_time_pctg"])
-                print(f"{name} rank {r['rank']} ({r['devices']} device(s), {ops} ops, rounding bound "
+                print(f"{name} rank {r.get('rank')} ({r['devices']} device(s), {ops} ops, rounding bound "
                       f"{bound_us:,} µs): " + "; ".join(row)
                       + f"; idle% gpuq {idle_pct_g:.2f} HTA {idle_pct_h:.2f}")
             cats = gpuq_rows(args.gpuq, store,
