@@ -4,9 +4,9 @@
 //! `(start, end)` plus the span (`lo`, `hi`). Input that arrives sorted by `ts` (the usual case
 //! within a stream) is coalesced on the fly — an interval starting at or before the end of the
 //! last run extends it, otherwise it opens a new run — so a busy GPU keeps a handful of runs per
-//! group. Out-of-order input is appended and the list is sorted and coalesced when it has doubled
-//! since the last normalisation (amortised O(n log n)), and before the state is emitted or
-//! evaluated. Partial states (one per partition) are lists of sorted, disjoint runs and merge the
+//! group. Out-of-order input (the next stream of a device, in the store's order) goes to a tail
+//! that is merged into the sorted runs in linear time once it is as long as they are, and
+//! before a state is emitted or evaluated. Partial states (one per partition) are lists of sorted, disjoint runs and merge the
 //! same way, so results are exact across batch and partition boundaries. A native
 //! [`GroupsAccumulator`] serves `GROUP BY`.
 
@@ -28,12 +28,11 @@ use std::sync::{Arc, LazyLock};
 /// The union of a set of half-open intervals, plus the span of the rows that produced them.
 #[derive(Debug, Clone)]
 pub struct IntervalSet {
-    /// Runs whose union is the busy set; sorted by start and pairwise disjoint (not touching)
-    /// when `sorted`.
+    /// Runs whose union is the busy set. `runs[..prefix]` are sorted by start and pairwise
+    /// disjoint (not touching); the tail after them holds out-of-order input until the next
+    /// [`normalize`](Self::normalize).
     runs: Vec<(i64, i64)>,
-    sorted: bool,
-    /// `runs.len()` after the last normalisation (drives amortised compaction).
-    normalized_len: usize,
+    prefix: usize,
     /// Span: min start and max end over all rows seen (window bounds for the windowed form);
     /// `lo > hi` means no row yet.
     lo: i64,
@@ -44,8 +43,7 @@ impl Default for IntervalSet {
     fn default() -> Self {
         Self {
             runs: Vec::new(),
-            sorted: true,
-            normalized_len: 0,
+            prefix: 0,
             lo: i64::MAX,
             hi: i64::MIN,
         }
@@ -66,6 +64,7 @@ impl IntervalSet {
         if e <= s {
             return;
         }
+        let n = self.runs.len();
         match self.runs.last_mut() {
             Some(last) if s >= last.0 => {
                 if s <= last.1 {
@@ -74,39 +73,59 @@ impl IntervalSet {
                     }
                 } else {
                     self.runs.push((s, e));
+                    if self.prefix == n {
+                        self.prefix = n + 1;
+                    }
                 }
             }
             Some(_) => {
                 self.runs.push((s, e));
-                self.sorted = false;
-                if self.runs.len() >= 2 * self.normalized_len + 64 {
+                // Merge once the tail is as long as the sorted prefix: each merge costs at most
+                // twice the tail it absorbs, so the total stays linear.
+                if n + 1 - self.prefix >= self.prefix + 64 {
                     self.normalize();
                 }
             }
-            None => self.runs.push((s, e)),
+            None => {
+                self.runs.push((s, e));
+                self.prefix = 1;
+            }
         }
     }
 
-    /// Sorts and coalesces the runs (touching runs merge).
+    /// Sorts the tail (usually already sorted: one stream after another) and merges it into the
+    /// prefix, coalescing overlapping and touching runs.
     pub fn normalize(&mut self) {
-        if !self.sorted {
-            self.runs.sort_unstable_by_key(|r| r.0);
-            let mut w = 0;
-            for i in 1..self.runs.len() {
-                let (s, e) = self.runs[i];
-                if s <= self.runs[w].1 {
-                    if e > self.runs[w].1 {
-                        self.runs[w].1 = e;
-                    }
-                } else {
-                    w += 1;
-                    self.runs[w] = (s, e);
-                }
-            }
-            self.runs.truncate(w + 1);
-            self.sorted = true;
+        if self.prefix == self.runs.len() {
+            return;
         }
-        self.normalized_len = self.runs.len();
+        let len = self.runs.len();
+        let (head, tail) = self.runs.split_at_mut(self.prefix);
+        if !tail.is_sorted_by_key(|r| r.0) {
+            // Stable sort: it finds the sorted stretches (streams) and merges them.
+            tail.sort_by_key(|r| r.0);
+        }
+        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(len);
+        let (mut i, mut j) = (0, 0);
+        while i < head.len() || j < tail.len() {
+            let next = if j == tail.len() || (i < head.len() && head[i].0 <= tail[j].0) {
+                i += 1;
+                head[i - 1]
+            } else {
+                j += 1;
+                tail[j - 1]
+            };
+            match merged.last_mut() {
+                Some(last) if next.0 <= last.1 => {
+                    if next.1 > last.1 {
+                        last.1 = next.1;
+                    }
+                }
+                _ => merged.push(next),
+            }
+        }
+        self.runs = merged;
+        self.prefix = self.runs.len();
     }
 
     /// True when no row has been added.
@@ -134,6 +153,17 @@ impl IntervalSet {
     fn merge_flat(&mut self, flat: &[i64], lo: i64, hi: i64) {
         self.lo = self.lo.min(lo);
         self.hi = self.hi.max(hi);
+        if self.runs.is_empty() {
+            // The usual final-stage case: one partial state per group, already normalised.
+            self.runs.extend(
+                flat.chunks_exact(2)
+                    .map(|p| (p[0], p[1]))
+                    .filter(|r| r.1 > r.0),
+            );
+            let disjoint = self.runs.windows(2).all(|w| w[0].1 < w[1].0);
+            self.prefix = if disjoint { self.runs.len() } else { 0 };
+            return;
+        }
         for pair in flat.chunks_exact(2) {
             self.push_run(pair[0], pair[1]);
         }

@@ -42,8 +42,10 @@ struct Row {
 
 fn random_rows(rng: &mut Rng) -> Vec<Row> {
     let groups = 1 + rng.below(4) as i64;
-    let n = rng.below(80) as i64;
-    let sorted = rng.chance(50);
+    // Layouts: random order, sorted by ts, or sorted stretches one after another (the store's
+    // stream-by-stream order, which exercises the merge of an out-of-order tail).
+    let layout = rng.below(3);
+    let n = rng.below(if layout == 2 { 400 } else { 80 }) as i64;
     let span = 1 + rng.below(2000) as i64;
     let max_dur = 1 + rng.below(300) as i64;
     let mut rows: Vec<Row> = (0..n)
@@ -62,11 +64,18 @@ fn random_rows(rng: &mut Rng) -> Vec<Row> {
             },
         })
         .collect();
-    if sorted {
-        rows.sort_by_key(|r| (r.ts, r.id));
-        for (i, r) in rows.iter_mut().enumerate() {
-            r.id = i as i64;
+    match layout {
+        1 => rows.sort_by_key(|r| (r.ts, r.id)),
+        2 => {
+            let stretch = 1 + rng.below(150) as usize;
+            for c in rows.chunks_mut(stretch) {
+                c.sort_by_key(|r| (r.ts, r.id));
+            }
         }
+        _ => {}
+    }
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.id = i as i64;
     }
     rows
 }
@@ -378,6 +387,17 @@ fn interval_set_coalesces_sorted_input_in_place() {
     }
     assert_eq!(s.busy(), 5_000);
     assert_eq!(s.span(), 9_995);
+    // Stream after stream, as the store orders a device's rows: four interleaved streams that
+    // together tile [0, 400 000) exactly; the out-of-order tail is merged several times.
+    let mut s = IntervalSet::default();
+    for k in 0..4 {
+        for i in 0..10_000 {
+            let t = i * 40 + k * 10;
+            s.add(t, t + 10, t, t + 10);
+        }
+    }
+    assert_eq!(s.busy(), 400_000);
+    assert_eq!(s.span(), 400_000);
 }
 
 #[test]
