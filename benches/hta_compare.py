@@ -48,8 +48,11 @@ def hta_side(trace):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--gpuq", default="gpuq")
+    p.add_argument("--golden", help="also write HTA's temporal breakdown rows to this CSV "
+                   "(tests/golden/hta_temporal_breakdown.csv, read by tests/tests/real_kineto.rs)")
     p.add_argument("traces", nargs="+")
     args = p.parse_args()
+    golden = []
     logging.disable(logging.WARNING)
     worst = 0.0
     for trace in args.traces:
@@ -67,6 +70,10 @@ def main():
             except Exception as e:  # HTA cannot load every trace; say so and go on
                 print(f"{name}: HTA failed: {type(e).__name__}: {str(e)[:120]}")
                 continue
+            for _, h in tb.iterrows():
+                golden.append((os.path.join(os.path.basename(os.path.dirname(trace)), name),
+                               int(h["rank"]), int(h["kernel_time(us)"]), int(h["idle_time(us)"]),
+                               int(h["compute_time(us)"])))
             if not ours:
                 print(f"{name}: no GPU operations (HTA kernel_time {list(tb['kernel_time(us)'])})")
                 continue
@@ -97,6 +104,12 @@ def main():
         finally:
             shutil.rmtree(store, ignore_errors=True)
     print(f"largest span difference: {worst:.2f}%")
+    if args.golden:
+        import csv
+        with open(args.golden, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["trace", "rank", "span_us", "idle_us", "compute_us"])
+            w.writerows(sorted(golden))
 
 
 if __name__ == "__main__":

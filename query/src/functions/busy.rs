@@ -11,7 +11,7 @@
 //! [`GroupsAccumulator`] serves `GROUP BY`.
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListArray,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, LargeListArray,
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
@@ -265,7 +265,7 @@ fn item_field() -> FieldRef {
 
 fn state_fields(name: &str) -> Vec<FieldRef> {
     vec![
-        Arc::new(Field::new_list(
+        Arc::new(Field::new_large_list(
             format_state_name(name, "runs"),
             item_field(),
             true,
@@ -286,7 +286,7 @@ fn state_fields(name: &str) -> Vec<FieldRef> {
 /// Builds the three state columns for `sets` (normalising each).
 fn state_arrays(sets: &mut [IntervalSet]) -> Vec<ArrayRef> {
     let mut offsets = Vec::with_capacity(sets.len() + 1);
-    offsets.push(0i32);
+    offsets.push(0i64);
     let mut flat = Vec::new();
     let mut lo = Vec::with_capacity(sets.len());
     let mut hi = Vec::with_capacity(sets.len());
@@ -296,11 +296,11 @@ fn state_arrays(sets: &mut [IntervalSet]) -> Vec<ArrayRef> {
             flat.push(s);
             flat.push(e);
         }
-        offsets.push(i32::try_from(flat.len()).expect("interval state over 2^31 values"));
+        offsets.push(flat.len() as i64);
         lo.push(set.lo);
         hi.push(set.hi);
     }
-    let list = ListArray::new(
+    let list = LargeListArray::new(
         item_field(),
         OffsetBuffer::new(ScalarBuffer::from(offsets)),
         Arc::new(Int64Array::from(flat)),
@@ -315,7 +315,7 @@ fn state_arrays(sets: &mut [IntervalSet]) -> Vec<ArrayRef> {
 
 /// Calls `f(row, flat_pairs, lo, hi)` for every row of partial states.
 fn for_each_state(states: &[ArrayRef], mut f: impl FnMut(usize, &[i64], i64, i64)) {
-    let list = states[0].as_list::<i32>();
+    let list = states[0].as_list::<i64>();
     let lo = states[1].as_primitive::<Int64Type>();
     let hi = states[2].as_primitive::<Int64Type>();
     let values = list.values().as_primitive::<Int64Type>().values();
