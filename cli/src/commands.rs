@@ -480,8 +480,12 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
     for (title, sql) in [
         (
             "Top kernels of run 'demo'",
-            "SELECT name, instances, fmt_dur(total) AS total, time_pct, class, top_op \
-             FROM top_kernels('demo', 10)",
+            // Kernel names run to hundreds of characters: the demo shows the readable part.
+            "SELECT CASE WHEN length(k) > 60 THEN left(k, 57) || '...' ELSE k END AS kernel, \
+                    instances, fmt_dur(total) AS total, time_pct, class, top_op \
+             FROM (SELECT regexp_replace(name, '^void ', '') AS k, total AS total_ns, * \
+                   FROM top_kernels('demo', 10)) \
+             ORDER BY total_ns DESC, instances DESC, k",
         ),
         (
             "Where the GPU time went (gpuq breakdown demo)",
