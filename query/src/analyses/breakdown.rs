@@ -211,9 +211,13 @@ pub fn breakdowns(
     out
 }
 
-/// Loads what [`breakdowns`] needs and computes it.
-pub async fn load(ctx: &SessionContext, run: &str) -> Result<(Timelines, Vec<Breakdown>)> {
-    let timelines = Timelines::load(ctx, run, false).await?;
+/// The breakdown of `timelines` (loaded by the caller), with the sync events and wall times it
+/// reads from `run`.
+pub async fn load(
+    ctx: &SessionContext,
+    run: &str,
+    timelines: &Timelines,
+) -> Result<Vec<Breakdown>> {
     let mut syncs: HashMap<DeviceKey, Vec<(i64, i64)>> = HashMap::new();
     let sql = format!(
         "SELECT rank, pid, device, ts, ts + dur FROM sync WHERE run = {} AND dur >= 0",
@@ -239,12 +243,12 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<(Timelines, Vec<Bre
         }
     }
     let walls = walls(ctx, run).await?;
-    let rows = breakdowns(&timelines, &syncs, &walls);
-    Ok((timelines, rows))
+    Ok(breakdowns(timelines, &syncs, &walls))
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let (_, rows) = load(&ctx, &call.run).await?;
+    let timelines = Timelines::load(&ctx, &call.run, false).await?;
+    let rows = load(&ctx, &call.run, &timelines).await?;
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.key.rank))),

@@ -31,7 +31,7 @@ pub fn strings(b: &RecordBatch, i: usize) -> Result<Vec<Option<String>>> {
 }
 
 /// Interned strings: rows refer to names by index.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Names {
     pub names: Vec<String>,
     index: HashMap<String, u32>,
@@ -122,6 +122,23 @@ pub struct Timelines {
 }
 
 impl Timelines {
+    /// The same timelines without the profiler-overhead pseudo-operations: what
+    /// `load(ctx, run, false)` returns, without reading the run again.
+    pub fn without_overhead(&self) -> Timelines {
+        let devices = self
+            .devices
+            .iter()
+            .map(|(key, ops)| {
+                let ops = ops.iter().filter(|o| o.class != OpClass::Overhead).cloned();
+                (key.clone(), ops.collect())
+            })
+            .collect();
+        Timelines {
+            devices,
+            names: self.names.clone(),
+        }
+    }
+
     /// Loads kernels, memcpy and memset of `run` (rows with `ts > 0`, as Nsight Systems'
     /// rules take them), and, when `with_overhead`, the profiler-overhead rows Nsight Systems
     /// counts as work of every device of their process within that device's span.

@@ -164,7 +164,9 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
     let mut names = Names::default();
     let host = Host::load(ctx, run, &mut names).await?;
     let ranges = ranges(ctx, run, &mut names).await?;
-    let (plain, rows) = breakdown::load(ctx, run).await?;
+    // One read of the run's GPU operations serves every rule.
+    let plain = timelines.without_overhead();
+    let rows = breakdown::load(ctx, run, &plain).await?;
     let span: i64 = rows.iter().map(|r| r.span).sum();
     let busy: i64 = rows.iter().map(|r| r.busy).sum();
     let mut out = Vec::new();
@@ -524,7 +526,7 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
     }
 
     // Steps much slower than the median.
-    let steps = load_step_stats(ctx, run).await?;
+    let steps = load_step_stats(ctx, run, &plain).await?;
     let slow: Vec<_> = steps
         .iter()
         .filter(|s| s.vs_median.is_some_and(|r| r > 1.5))

@@ -260,8 +260,11 @@ pub fn median(mut v: Vec<i64>) -> Option<f64> {
     }
 }
 
-pub async fn load_step_stats(ctx: &SessionContext, run: &str) -> Result<Vec<StepStat>> {
-    let timelines = Timelines::load(ctx, run, false).await?;
+pub async fn load_step_stats(
+    ctx: &SessionContext,
+    run: &str,
+    timelines: &Timelines,
+) -> Result<Vec<StepStat>> {
     let steps = steps(ctx, run).await?;
     let (busy, _) = busy_by_rank(&timelines);
     // (rank, step) -> (kernels, time, per-name time).
@@ -313,7 +316,8 @@ pub async fn load_step_stats(ctx: &SessionContext, run: &str) -> Result<Vec<Step
 }
 
 async fn step_stats(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let rows = load_step_stats(&ctx, &call.run).await?;
+    let timelines = Timelines::load(&ctx, &call.run, false).await?;
+    let rows = load_step_stats(&ctx, &call.run, &timelines).await?;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
