@@ -129,6 +129,90 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// What got slower, faster, appeared or vanished between two runs (or run selectors)
+    Diff {
+        /// Baseline: a run name or a condition on the runs table (tags['branch'] = 'main')
+        a: String,
+        /// Candidate: a run name or a condition on the runs table
+        b: String,
+        /// Group by kernel, op, class or stage (the summary metrics always come first)
+        #[arg(long, default_value = "kernel")]
+        level: String,
+        /// Changes under this are unchanged (e.g. 2%, 0.5)
+        #[arg(long, value_name = "PCT", default_value = "2%", value_parser = parse_pct)]
+        threshold: f64,
+        /// Show the N largest changes [default for tables: 20]
+        #[arg(short = 'n', long)]
+        limit: Option<usize>,
+        /// Also list unchanged keys
+        #[arg(long)]
+        all: bool,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// One metric across every run a selector matches, with change points
+    Trend {
+        /// Which runs: a condition on the runs table [default: every run]
+        #[arg(long = "where", value_name = "SELECTOR", default_value = "true")]
+        selector: String,
+        /// step_time, gpu_busy, gpu_idle, idle_pct, kernel_time, compute, communication,
+        /// memcpy, memset, kernel:NAME, op:NAME or class:NAME
+        #[arg(long, default_value = "step_time")]
+        metric: String,
+        /// Order runs by this tag (numerically when every value is a number) instead of capture time
+        #[arg(long = "by", value_name = "TAG")]
+        order_tag: Option<String>,
+        /// Shifts under this are not change points
+        #[arg(long, value_name = "PCT", default_value = "5%", value_parser = parse_pct)]
+        threshold: f64,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// CI gate: exit 1 when the candidate regressed significantly beyond the threshold
+    Check {
+        /// A run name, or a condition on the runs table (its runs' median is the baseline)
+        #[arg(long)]
+        baseline: String,
+        /// The run under test (a run name or a condition on the runs table)
+        #[arg(long)]
+        candidate: String,
+        /// Largest accepted regression (e.g. 3%)
+        #[arg(long, value_name = "PCT", default_value = "3%", value_parser = parse_pct)]
+        max_regression: f64,
+        /// Gated metrics (comma-separated summary metrics)
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "step_time,gpu_busy,kernel_time"
+        )]
+        metrics: Vec<String>,
+        /// table (for people) or json (for CI tooling)
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Is a profile trustworthy? Per-kernel variation over repeated runs and ranking stability
+    Repeat {
+        /// The repeated runs: a condition on the runs table
+        #[arg(long = "where", value_name = "SELECTOR")]
+        selector: String,
+        /// Ranking stability over the top N kernels
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Multi-rank runs: start/end skew of each collective across ranks and the straggler rank
+    Skew {
+        /// Run name
+        run: String,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Merge the small Parquet parts of runs (many appends); query results do not change
+    Compact {
+        /// Runs to compact [default: every run]
+        runs: Vec<String>,
+    },
     /// Generate a multi-step training trace, ingest it, and show where the GPU time goes
     Demo {
         /// Profiler steps to generate
@@ -153,13 +237,36 @@ pub enum Command {
         /// Distributed rank to record in the trace
         #[arg(long)]
         rank: Option<i32>,
+        /// Kineto: profiler steps [default: 20, or as many as --bytes needs]
+        #[arg(long)]
+        steps: Option<u32>,
+        /// Kineto: every kernel of a shape takes the same time (before --jitter), as real
+        /// kernels nearly do; without it durations spread over a wide range
+        #[arg(long)]
+        steady: bool,
+        /// Kineto: kernel durations vary by up to ±PCT % (see --repeat)
+        #[arg(long, value_name = "PCT", default_value_t = 0)]
+        jitter: u32,
+        /// Kineto: which repeat this is: the same events as every other repeat of the seed,
+        /// with other --jitter draws
+        #[arg(long, default_value_t = 0)]
+        repeat: u64,
+        /// Kineto: kernels whose name contains TEXT take PCT % of their duration (an injected
+        /// regression, e.g. gemm_relu=120)
+        #[arg(long, value_name = "TEXT=PCT")]
+        scale_kernel: Option<String>,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum RunsAction {
-    /// Remove a run and its files
-    Rm { run: String },
+    /// Remove a run and its files, or every run a selector matches (tags['branch'] = 'old')
+    Rm {
+        run: String,
+        /// Needed when the selector matches more than one run
+        #[arg(long)]
+        yes: bool,
+    },
     /// Set tags on a run: KEY=VALUE ... (an empty VALUE removes the tag)
     Tag {
         run: String,
@@ -254,6 +361,17 @@ pub fn store_dir(flag: Option<PathBuf>) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
     home.join(".local/share/gpuq")
+}
+
+/// A percentage argument (`3%`, `3`, `0.5%`) -> percent.
+pub fn parse_pct(s: &str) -> Result<f64, String> {
+    s.trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite() && *p >= 0.0)
+        .ok_or_else(|| format!("{s:?} is not a percentage (e.g. 3%, 0.5)"))
 }
 
 /// A duration argument (`500us`, `1.5ms`, `0`) -> ns.

@@ -2,6 +2,7 @@
 
 use crate::args::{parse_tags, store_dir, Cli, Command, GenerateFormat, OutputFormat, RunsAction};
 use crate::exec::run_sql_text;
+use crate::history;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
 use gpuq_ingest::driver::{self, IngestOptions, Progress, RunReport};
@@ -132,6 +133,64 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             analysis(&store_path, &run, &sql, format).await
         }
         Command::Findings { run, format } => findings(&store_path, &run, format).await,
+        Command::Diff {
+            a,
+            b,
+            level,
+            threshold,
+            limit,
+            all,
+            format,
+        } => {
+            let ctx = gpuq_query::open_session(&open_store(&store_path)?).await?;
+            history::diff(&ctx, &a, &b, &level, threshold, limit, all, format).await
+        }
+        Command::Trend {
+            selector,
+            metric,
+            order_tag,
+            threshold,
+            format,
+        } => {
+            let store = open_store(&store_path)?;
+            let ctx = gpuq_query::open_session(&store).await?;
+            let tag = order_tag.as_deref();
+            history::trend(&ctx, &store, &selector, &metric, tag, threshold, format).await
+        }
+        Command::Check {
+            baseline,
+            candidate,
+            max_regression,
+            metrics,
+            format,
+        } => {
+            // 1 means "regressed"; a check that could not run exits 2 so CI can tell them apart.
+            let checked = async {
+                let store = open_store(&store_path)?;
+                let ctx = gpuq_query::open_session(&store).await?;
+                let (b, c) = (baseline.as_str(), candidate.as_str());
+                history::check(&ctx, &store, b, c, max_regression, &metrics, format).await
+            };
+            match checked.await {
+                Ok(code) => Ok(code),
+                Err(e) => {
+                    eprintln!("gpuq: error: {}", crate::exec::one_line(&format!("{e:#}")));
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        Command::Repeat {
+            selector,
+            top,
+            format,
+        } => {
+            let ctx = gpuq_query::open_session(&open_store(&store_path)?).await?;
+            history::repeat(&ctx, &selector, top, format).await
+        }
+        Command::Skew { run, format } => {
+            analysis(&store_path, &run, &history::skew_sql(&run, format), format).await
+        }
+        Command::Compact { runs } => compact(&open_store(&store_path)?, &runs),
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
         Command::Generate {
             output,
@@ -145,8 +204,37 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bytes,
             seed,
             rank,
+            steps,
+            jitter,
+            repeat,
+            scale_kernel,
+            steady,
             ..
-        } => generate(&output, bytes, seed, rank),
+        } => {
+            use gpuq_ingest::synth::SynthConfig;
+            let mut cfg = match bytes {
+                Some(b) => SynthConfig::sized(b),
+                None => SynthConfig::demo(),
+            };
+            cfg.seed = seed;
+            cfg.rank = rank;
+            if let Some(n) = steps {
+                cfg.steps = n;
+            }
+            cfg.jitter_pct = jitter;
+            cfg.steady = steady;
+            cfg.jitter_seed = repeat;
+            if let Some(spec) = scale_kernel {
+                let parsed = spec
+                    .rsplit_once('=')
+                    .and_then(|(text, pct)| Some((text.to_string(), pct.parse::<u32>().ok()?)));
+                match parsed {
+                    Some((text, pct)) if !text.is_empty() => cfg.kernel_scale = Some((text, pct)),
+                    _ => bail!("--scale-kernel {spec:?} is not TEXT=PERCENT (e.g. gemm_relu=120)"),
+                }
+            }
+            generate(&output, &cfg)
+        }
     }
 }
 
@@ -375,10 +463,27 @@ async fn runs(
             let failed = run_sql_text(&ctx, sql, format, false, &mut std::io::stdout()).await;
             Ok(exit_code(failed))
         }
-        Some(RunsAction::Rm { run }) => {
-            let run = RunId::new(run)?;
-            store.writer()?.remove_run(&run)?;
-            println!("removed run {run}");
+        Some(RunsAction::Rm { run, yes }) => {
+            // A run name, or a selector (a condition on the runs table) for several at once.
+            let ctx = gpuq_query::open_session(store).await?;
+            let runs = gpuq_query::analyses::selector::resolve(&ctx, store, &run).await?;
+            let ids = runs
+                .iter()
+                .map(|r| RunId::new(r.run.as_str()))
+                .collect::<Result<Vec<_>, _>>()?;
+            if ids.len() > 1 && !yes {
+                let names: Vec<&str> = ids.iter().map(|r| r.as_str()).collect();
+                bail!(
+                    "{} matches {} runs ({}); add --yes to remove them all",
+                    run,
+                    ids.len(),
+                    names.join(", ")
+                );
+            }
+            store.writer()?.remove_runs(&ids)?;
+            for r in &ids {
+                println!("removed run {r}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(RunsAction::Tag { run, tags }) => {
@@ -391,19 +496,28 @@ async fn runs(
     }
 }
 
-fn generate(
-    output: &Path,
-    bytes: Option<u64>,
-    seed: u64,
-    rank: Option<i32>,
-) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth::{write_kineto, SynthConfig};
-    let mut cfg = match bytes {
-        Some(b) => SynthConfig::sized(b),
-        None => SynthConfig::demo(),
+/// `gpuq compact [RUN...]`: one commit per run that had small parts to merge.
+fn compact(store: &Store, runs: &[String]) -> anyhow::Result<ExitCode> {
+    let mut writer = store.writer()?;
+    let runs: Vec<RunId> = if runs.is_empty() {
+        writer.manifest().runs.keys().cloned().collect()
+    } else {
+        runs.iter().map(RunId::new).collect::<Result<_, _>>()?
     };
-    cfg.seed = seed;
-    cfg.rank = rank;
+    let mut merged = 0;
+    for run in &runs {
+        let n = writer.compact_run(run)?;
+        if n > 0 {
+            println!("{run}: merged {n} parts");
+        }
+        merged += n;
+    }
+    println!("compacted {} run(s): {merged} parts merged", runs.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn generate(output: &Path, cfg: &gpuq_ingest::synth::SynthConfig) -> anyhow::Result<ExitCode> {
+    use gpuq_ingest::synth::write_kineto;
     let file = std::fs::File::create(output).with_context(|| output.display().to_string())?;
     let name = output.to_string_lossy();
     let truth = if name.ends_with(".gz") {
@@ -411,16 +525,16 @@ fn generate(
             std::io::BufWriter::new(file),
             flate2::Compression::new(6),
         );
-        let t = write_kineto(&cfg, &mut w)?;
+        let t = write_kineto(cfg, &mut w)?;
         w.finish()?;
         t
     } else if name.ends_with(".zst") {
         let mut w = zstd::Encoder::new(std::io::BufWriter::new(file), 3)?;
-        let t = write_kineto(&cfg, &mut w)?;
+        let t = write_kineto(cfg, &mut w)?;
         w.finish()?;
         t
     } else {
-        write_kineto(&cfg, std::io::BufWriter::with_capacity(1 << 20, file))?
+        write_kineto(cfg, std::io::BufWriter::with_capacity(1 << 20, file))?
     };
     println!(
         "wrote {}: {} events, {} kernels, {} bytes of JSON",

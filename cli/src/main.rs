@@ -3,6 +3,7 @@
 mod args;
 mod commands;
 mod exec;
+mod history;
 mod meta;
 mod output;
 mod repl;

@@ -226,6 +226,20 @@ pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Resu
     Ok(size)
 }
 
+/// Reads a part back as batches (compaction).
+pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = File::open(path).map_err(Error::io(path))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+        .with_batch_size(64 * 1024)
+        .build()?;
+    let mut out = Vec::new();
+    for b in reader {
+        out.push(b?);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

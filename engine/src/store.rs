@@ -19,6 +19,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 const KEPT_VERSIONS: u64 = 20;
 /// Files dropped by a commit stay on disk this long, for readers still on an older version.
 const TOMBSTONE_GRACE_MS: u64 = 10 * 60 * 1000;
+/// Parts with fewer rows than this are merged by compaction.
+pub const SMALL_PART_ROWS: u64 = 1 << 20;
+/// Compaction writes parts of at most this many rows.
+pub const COMPACTED_PART_ROWS: u64 = 4 << 20;
+/// A table of a run with more small parts than this is compacted after an append.
+pub const AUTO_COMPACT_PARTS: usize = 8;
 
 /// A store opened for reading. Cheap to clone; never blocks on writers.
 #[derive(Debug, Clone)]
@@ -231,8 +237,27 @@ impl StoreWriter {
         } else {
             entry.meta.merge(meta);
         }
+        entry.files.extend(self.place(run, staged)?);
+        next.runs.insert(run.clone(), entry);
+        let version = self.commit(next, dropped)?;
+        if mode == PutMode::Append {
+            // The append is committed whatever happens here; a failed compaction only leaves
+            // the run fragmented until the next one.
+            if let Ok(n) = self.compact_if_fragmented(run) {
+                if n > 0 {
+                    return Ok(self.base.version);
+                }
+            }
+        }
+        Ok(version)
+    }
+
+    /// Moves staged files to their final paths under `run` (not yet referenced by any
+    /// version) and syncs their directories.
+    fn place(&self, run: &RunId, staged: Vec<StagedFile>) -> Result<Vec<FileEntry>> {
         let paths = &self.store.paths;
         let mut dirs = HashSet::new();
+        let mut files = Vec::new();
         for file in staged {
             let rel = StorePaths::part_rel_path(file.table, run, file.seq);
             let dest = paths.absolute(&rel);
@@ -240,7 +265,7 @@ impl StoreWriter {
             fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
             fs::rename(&file.staged_path, &dest).map_err(Error::io(&file.staged_path))?;
             dirs.insert(dir);
-            entry.files.push(FileEntry {
+            files.push(FileEntry {
                 table: file.table,
                 path: rel,
                 size: file.size,
@@ -251,18 +276,107 @@ impl StoreWriter {
         for dir in &dirs {
             sync_dir(dir)?;
         }
-        next.runs.insert(run.clone(), entry);
-        self.commit(next, dropped)
+        Ok(files)
+    }
+
+    /// Merges the small parts (under [`SMALL_PART_ROWS`] rows) of each table of `run` into
+    /// sorted parts of up to [`COMPACTED_PART_ROWS`] rows, in one commit. The rows are the
+    /// same, so every query answers the same; readers of the previous version keep reading
+    /// its files, which are deleted after the grace period. Returns the number of files
+    /// merged away (0 when there was nothing to merge).
+    pub fn compact_run(&mut self, run: &RunId) -> Result<usize> {
+        let entry = self
+            .base
+            .runs
+            .get(run)
+            .ok_or_else(|| Error::UnknownRun(run.to_string()))?
+            .clone();
+        let mut staged = Vec::new();
+        let mut merged: HashSet<String> = HashSet::new();
+        for table in TableKind::ALL {
+            let small: Vec<&FileEntry> = entry
+                .files
+                .iter()
+                .filter(|f| f.table == table && f.rows < SMALL_PART_ROWS)
+                .collect();
+            if small.len() < 2 {
+                continue;
+            }
+            // Groups of consecutive small files up to COMPACTED_PART_ROWS rows each: memory
+            // stays bounded whatever the number of parts.
+            let mut groups: Vec<Vec<&FileEntry>> = vec![Vec::new()];
+            let mut rows = 0;
+            for f in small {
+                if rows + f.rows > COMPACTED_PART_ROWS
+                    && !groups.last().expect("a group").is_empty()
+                {
+                    groups.push(Vec::new());
+                    rows = 0;
+                }
+                rows += f.rows;
+                groups.last_mut().expect("a group").push(f);
+            }
+            for group in groups.into_iter().filter(|g| g.len() > 1) {
+                let mut batches = Vec::new();
+                for f in &group {
+                    batches.extend(part::read_parquet(&self.store.paths.absolute(&f.path))?);
+                }
+                staged.push(self.write_part(table, batches)?);
+                merged.extend(group.iter().map(|f| f.path.clone()));
+            }
+        }
+        if merged.is_empty() {
+            return Ok(0);
+        }
+        let mut next = self.base.clone();
+        let placed = self.place(run, staged)?;
+        let entry = next.runs.get_mut(run).expect("run checked above");
+        entry.files.retain(|f| !merged.contains(&f.path));
+        entry.files.extend(placed);
+        let n = merged.len();
+        self.commit(next, merged.into_iter().collect())?;
+        Ok(n)
+    }
+
+    /// Compacts `run` when it has more than [`AUTO_COMPACT_PARTS`] small parts in a table
+    /// (e.g. after many appends of one step each).
+    pub fn compact_if_fragmented(&mut self, run: &RunId) -> Result<usize> {
+        let Some(entry) = self.base.runs.get(run) else {
+            return Ok(0);
+        };
+        let fragmented = TableKind::ALL.iter().any(|t| {
+            entry
+                .files
+                .iter()
+                .filter(|f| f.table == *t && f.rows < SMALL_PART_ROWS)
+                .count()
+                > AUTO_COMPACT_PARTS
+        });
+        if fragmented {
+            self.compact_run(run)
+        } else {
+            Ok(0)
+        }
     }
 
     /// Removes a run from the next version; its files are deleted after a grace period.
     pub fn remove_run(&mut self, run: &RunId) -> Result<u64> {
+        self.remove_runs(std::slice::from_ref(run))
+    }
+
+    /// Removes runs in one commit (all or none); their files are deleted after a grace
+    /// period, by a later writer.
+    pub fn remove_runs(&mut self, runs: &[RunId]) -> Result<u64> {
         let mut next = self.base.clone();
-        let old = next
-            .runs
-            .remove(run)
-            .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
-        self.commit(next, old.files.into_iter().map(|f| f.path).collect())
+        let mut dropped = Vec::new();
+        for run in runs {
+            let old = next
+                .runs
+                .remove(run)
+                .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+            dropped.extend(old.files.into_iter().map(|f| f.path));
+        }
+        self.commit(next, dropped)
     }
 
     /// Sets tags of a run (an empty value removes the tag).

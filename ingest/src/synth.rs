@@ -51,6 +51,18 @@ pub struct SynthConfig {
     /// Host process and thread.
     pub pid: i64,
     pub tid: i64,
+    /// Injected change: kernels whose name contains the text take this many percent of their
+    /// normal duration (120 = 20 % slower); for comparison tests with a known answer.
+    pub kernel_scale: Option<(String, u32)>,
+    /// Every kernel's duration times a factor uniform in `[1 - j %, 1 + j %]`, drawn from a
+    /// generator of its own (seeded by `jitter_seed`), so runs that differ only in
+    /// `jitter_seed` have the same events with noisy durations: repeated runs.
+    pub jitter_pct: u32,
+    pub jitter_seed: u64,
+    /// Each kernel takes the middle of its duration range every time (before jitter and the
+    /// occasional 3x outlier), as real kernels of a fixed shape nearly do; otherwise durations
+    /// are uniform over the range, far noisier than real steps.
+    pub steady: bool,
 }
 
 impl SynthConfig {
@@ -71,6 +83,10 @@ impl SynthConfig {
             device: 0,
             pid: 4242,
             tid: 4242,
+            kernel_scale: None,
+            jitter_pct: 0,
+            jitter_seed: 0,
+            steady: false,
         }
     }
 
@@ -92,6 +108,10 @@ impl SynthConfig {
             device: 0,
             pid: 3_141_592,
             tid: 3_141_592,
+            kernel_scale: None,
+            jitter_pct: 0,
+            jitter_seed: 0,
+            steady: false,
         }
     }
 
@@ -690,6 +710,8 @@ const MIB: u64 = 1 << 20;
 struct Gen<'c, W: Write> {
     cfg: &'c SynthConfig,
     rng: Rng,
+    /// Only for `jitter_pct`, so that jitter leaves every other draw unchanged.
+    jitter: Rng,
     out: W,
     buf: Vec<u8>,
     written: u64,
@@ -755,6 +777,7 @@ impl<'c, W: Write> Gen<'c, W> {
         Gen {
             cfg,
             rng,
+            jitter: Rng(cfg.jitter_seed ^ 0x6a17_7e40_0000_0001),
             out,
             buf: Vec::with_capacity(FLUSH_BYTES + (64 << 10)),
             written: 0,
@@ -1228,8 +1251,21 @@ impl<'c, W: Write> Gen<'c, W> {
         let gdur = match &g {
             Gpu::Kernel(k) => {
                 let mut d = self.rng.range(k.lo, k.hi);
+                if self.cfg.steady {
+                    d = (k.lo + k.hi) / 2;
+                }
                 if self.rng.one_in(50) {
                     d *= 3;
+                }
+                if let Some((text, pct)) = &self.cfg.kernel_scale {
+                    if k.name.contains(text.as_str()) {
+                        d = d * *pct as i64 / 100;
+                    }
+                }
+                if self.cfg.jitter_pct > 0 {
+                    // Parts per 100 000 of the duration, within ±jitter_pct %.
+                    let j = self.cfg.jitter_pct as i64 * 1000;
+                    d += d * self.jitter.range(-j, j) / 100_000;
                 }
                 self.q(d)
             }

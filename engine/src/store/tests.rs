@@ -251,3 +251,80 @@ fn old_manifest_versions_are_pruned() {
     assert!(n <= 20, "{n} manifest files kept");
     assert_eq!(store.manifest().unwrap().version, 31);
 }
+
+/// Every row of `run`'s counters, read back from the files of the current version.
+fn counter_rows(store: &Store, run: &RunId) -> Vec<(i64, i64)> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int64Type;
+    let m = store.manifest().unwrap();
+    let mut rows = Vec::new();
+    for f in &m.runs[run].files {
+        for b in part::read_parquet(&store.paths().absolute(&f.path)).unwrap() {
+            let ts = b.column_by_name("ts").unwrap().as_primitive::<Int64Type>();
+            let pid = b.column_by_name("pid").unwrap().as_primitive::<Int64Type>();
+            rows.extend((0..b.num_rows()).map(|i| (ts.value(i), pid.value(i))));
+        }
+    }
+    rows.sort_unstable();
+    rows
+}
+
+#[test]
+fn many_small_appends_are_compacted_without_changing_the_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let r = run("steps");
+    // One commit per "step": AUTO_COMPACT_PARTS appends stay as they are...
+    for i in 0..AUTO_COMPACT_PARTS as i64 {
+        let mut w = store.writer().unwrap();
+        let staged = w
+            .write_part(TableKind::Counters, vec![counters(50, 1000 * i)])
+            .unwrap();
+        w.put_run(&r, meta(&format!("h{i}")), vec![staged], PutMode::Append)
+            .unwrap();
+    }
+    let before = counter_rows(&store, &r);
+    assert_eq!(before.len(), 50 * AUTO_COMPACT_PARTS);
+    assert_eq!(
+        store.manifest().unwrap().runs[&r].files.len(),
+        AUTO_COMPACT_PARTS
+    );
+    // ...one more and the run is merged into one sorted part, in a commit of its own.
+    let reader_view = store.manifest().unwrap();
+    let mut w = store.writer().unwrap();
+    let staged = w
+        .write_part(TableKind::Counters, vec![counters(50, 99_000)])
+        .unwrap();
+    let v = w
+        .put_run(&r, meta("last"), vec![staged], PutMode::Append)
+        .unwrap();
+    drop(w);
+    let m = store.manifest().unwrap();
+    assert_eq!(v, m.version);
+    assert_eq!(v, reader_view.version + 2, "append, then compaction");
+    let files = &m.runs[&r].files;
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].rows, 50 * (AUTO_COMPACT_PARTS as u64 + 1));
+    assert_eq!(files[0].stats["ts"], Some((0, 99_049)));
+    let mut want = before;
+    want.extend((0..50).map(|i| (99_000 + i, 1)));
+    want.sort_unstable();
+    assert_eq!(counter_rows(&store, &r), want);
+    // The merged file is sorted by the table's key (ts ascending within rank/device/pid).
+    let b = &part::read_parquet(&store.paths().absolute(&files[0].path)).unwrap()[0];
+    let ts = b.column_by_name("ts").unwrap();
+    let ts = ts.as_any().downcast_ref::<Int64Array>().unwrap();
+    assert!(ts.values().windows(2).all(|w| w[0] <= w[1]));
+    // A reader still on the old version can read all of its files (grace period).
+    for f in &reader_view.runs[&r].files {
+        assert!(store.paths().absolute(&f.path).exists(), "{}", f.path);
+    }
+    assert_eq!(m.runs[&r].meta.sources.len(), AUTO_COMPACT_PARTS + 1);
+    // Nothing left to merge; an unknown run is an error.
+    let mut w = store.writer().unwrap();
+    assert_eq!(w.compact_run(&r).unwrap(), 0);
+    assert!(matches!(
+        w.compact_run(&run("nope")),
+        Err(Error::UnknownRun(_))
+    ));
+}

@@ -11,6 +11,10 @@
 //! | `stages(run)`, `step_stats(run)` | per stage / per step | [`stages`] |
 //! | `launch_stats(run)` | per GPU operation | [`launch`] |
 //! | `findings(run)` | per finding | [`findings`] |
+//! | `compare(a, b [, level [, threshold_pct]])` | per kernel / op / class / stage / metric | [`compare`] |
+//! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`trend`] |
+//! | `repeatability(selector [, n])` | per kernel over repeated runs | [`repeatability`] |
+//! | `collective_skew(run)` | per collective kernel name | [`skew`] |
 //!
 //! The definitions, and how they differ from HTA's, TraceLens' and Nsight Systems', are in
 //! `docs/analyses.md`. An analysis reads only its run's rows (the scans prune by run), computes
@@ -18,13 +22,20 @@
 //! statement is planned.
 
 pub mod breakdown;
+pub mod compare;
 pub(crate) mod data;
 pub mod findings;
 pub mod gaps;
 pub(crate) mod intervals;
 pub mod launch;
+pub mod profile;
+pub mod repeatability;
+pub mod selector;
+pub mod skew;
 pub mod stages;
+pub mod stats;
 pub mod top;
+pub mod trend;
 pub mod util;
 
 pub use top::top_kernels_sql;
@@ -99,6 +110,7 @@ pub fn specs() -> Vec<&'static Spec> {
         &stages::STEP_STATS,
         &launch::LAUNCH_STATS,
         &findings::FINDINGS,
+        &skew::COLLECTIVE_SKEW,
     ]
 }
 
@@ -113,6 +125,23 @@ pub fn register_all(ctx: &SessionContext, store: &Store) {
             }),
         );
     }
+    let store = store.clone();
+    ctx.register_udtf(
+        "compare",
+        Arc::new(compare::CompareFunction {
+            store: store.clone(),
+        }),
+    );
+    ctx.register_udtf(
+        "trend",
+        Arc::new(trend::TrendFunction {
+            store: store.clone(),
+        }),
+    );
+    ctx.register_udtf(
+        "repeatability",
+        Arc::new(repeatability::RepeatabilityFunction { store }),
+    );
 }
 
 /// `SELECT * FROM name('run', args...)`: the statement a subcommand runs.
@@ -163,21 +192,10 @@ impl AnalysisFunction {
                 exprs.len()
             )));
         }
-        let mut values = Vec::with_capacity(exprs.len());
-        let simplifier = ExprSimplifier::new(SimplifyContext::default());
-        for e in exprs {
-            match simplifier.simplify(e.clone())? {
-                Expr::Literal(v, _) => values.push(v),
-                other => {
-                    return Err(self.error(format!("argument {other} is not a constant")));
-                }
-            }
-        }
-        let run = match &values[0] {
-            ScalarValue::Utf8(Some(s))
-            | ScalarValue::LargeUtf8(Some(s))
-            | ScalarValue::Utf8View(Some(s)) => s.clone(),
-            v => return Err(self.error(format!("the run must be a string, got {v}"))),
+        let values = constant_args(exprs).map_err(|m| self.error(m))?;
+        let run = match text_arg(&values[0]) {
+            Some(s) => s.to_string(),
+            None => return Err(self.error(format!("the run must be a string, got {}", values[0]))),
         };
         let mut ints = Vec::new();
         for (v, name) in values[1..].iter().zip(self.spec.params) {
@@ -214,29 +232,36 @@ impl TableFunctionImpl for AnalysisFunction {
                 self.spec.name
             )));
         }
-        Ok(Arc::new(AnalysisTable {
-            spec: self.spec,
-            call,
+        let compute = self.spec.compute;
+        Ok(Arc::new(LazyTable {
+            name: self.spec.name,
+            schema: (self.spec.schema)(),
+            compute: Arc::new(move |ctx| compute(ctx, call.clone())),
         }))
     }
 }
 
-/// The table a call returns; computed when scanned.
-struct AnalysisTable {
-    spec: &'static Spec,
-    call: Call,
+/// Computes a table function's rows from a session over the store.
+pub(crate) type LazyCompute =
+    Arc<dyn Fn(SessionContext) -> BoxFuture<'static, Result<Vec<RecordBatch>>> + Send + Sync>;
+
+/// The table a call returns; computed when scanned, not when the statement is planned.
+pub(crate) struct LazyTable {
+    pub name: &'static str,
+    pub schema: SchemaRef,
+    pub compute: LazyCompute,
 }
 
-impl fmt::Debug for AnalysisTable {
+impl fmt::Debug for LazyTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({:?})", self.spec.name, self.call)
+        write!(f, "{}(...)", self.name)
     }
 }
 
 #[async_trait]
-impl TableProvider for AnalysisTable {
+impl TableProvider for LazyTable {
     fn schema(&self) -> SchemaRef {
-        (self.spec.schema)()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -255,7 +280,7 @@ impl TableProvider for AnalysisTable {
             .downcast_ref::<SessionState>()
             .ok_or_else(|| DataFusionError::Internal("analyses need a SessionState".into()))?;
         let ctx = SessionContext::new_with_state(state.clone());
-        let batches = (self.spec.compute)(ctx, self.call.clone()).await?;
+        let batches = (self.compute)(ctx).await?;
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
             self.schema(),
@@ -264,10 +289,46 @@ impl TableProvider for AnalysisTable {
     }
 }
 
+/// The arguments of a table function call as constants (folded, so `1 + 1` is 2).
+pub(crate) fn constant_args(exprs: &[Expr]) -> std::result::Result<Vec<ScalarValue>, String> {
+    let simplifier = ExprSimplifier::new(SimplifyContext::default());
+    exprs
+        .iter()
+        .map(|e| match simplifier.simplify(e.clone()) {
+            Ok(Expr::Literal(v, _)) => Ok(v),
+            Ok(other) => Err(format!("argument {other} is not a constant")),
+            Err(e) => Err(e.to_string()),
+        })
+        .collect()
+}
+
+/// A numeric argument as f64, `None` when it is not a finite number.
+pub(crate) fn number_arg(v: &ScalarValue) -> Option<f64> {
+    match v
+        .cast_to(&datafusion::arrow::datatypes::DataType::Float64)
+        .ok()?
+    {
+        ScalarValue::Float64(Some(x)) if x.is_finite() => Some(x),
+        _ => None,
+    }
+}
+
+/// A text argument, `None` when it is not text.
+pub(crate) fn text_arg(v: &ScalarValue) -> Option<&str> {
+    match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s),
+        _ => None,
+    }
+}
+
 /// One output batch from columns in schema order.
 pub(crate) fn batch(schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<Vec<RecordBatch>> {
     Ok(vec![RecordBatch::try_new(schema, columns)?])
 }
 
+#[cfg(test)]
+mod history_tests;
 #[cfg(test)]
 mod tests;

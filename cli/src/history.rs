@@ -1,0 +1,410 @@
+//! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`.
+
+use crate::args::OutputFormat;
+use crate::exec::run_sql_text;
+use crate::output::write_batches;
+use anyhow::bail;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::execution::context::SessionContext;
+use gpuq_engine::Store;
+use gpuq_query::analyses::compare::{self, Row};
+use gpuq_query::analyses::profile::{Level, SUMMARY_METRICS};
+use gpuq_query::analyses::selector::resolve;
+use gpuq_query::analyses::trend::{self, Metric, Point};
+use gpuq_query::analyses::{literal, select_sql};
+use gpuq_query::functions::durations::fmt_dur;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// A table of text columns for people.
+fn text_batch(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(
+        headers
+            .iter()
+            .map(|h| Field::new(*h, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let columns: Vec<ArrayRef> = (0..headers.len())
+        .map(|c| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r[c]))) as ArrayRef)
+        .collect();
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+fn print_text(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let b = text_batch(headers, rows)?;
+    write_batches(
+        &mut std::io::stdout(),
+        OutputFormat::Table,
+        &b.schema(),
+        &[b],
+    )
+}
+
+fn pct_change(r: &Row) -> String {
+    r.ratio()
+        .map_or("new".into(), |x| format!("{:+.1} %", 100.0 * (x - 1.0)))
+}
+
+fn p_text(p: Option<f64>) -> String {
+    p.map_or("-".into(), |p| {
+        if p < 1e-4 {
+            "<0.0001".into()
+        } else {
+            format!("{p:.4}")
+        }
+    })
+}
+
+/// `gpuq diff A B`: the summary metrics, then the changed keys of the level.
+pub async fn diff(
+    ctx: &SessionContext,
+    a: &str,
+    b: &str,
+    level: &str,
+    threshold: f64,
+    limit: Option<usize>,
+    all: bool,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let level = Level::parse(level).map_err(anyhow::Error::msg)?;
+    let level_name = match level {
+        Level::Kernel => "kernel",
+        Level::Op => "op",
+        Level::Class => "class",
+        Level::Stage => "stage",
+        Level::Summary => "summary",
+    };
+    let call = |lvl: &str| {
+        format!(
+            "compare({}, {}, '{lvl}', {threshold})",
+            literal(a),
+            literal(b)
+        )
+    };
+    let filter = if all {
+        ""
+    } else {
+        " AND status <> 'unchanged'"
+    };
+    let sql = if format == OutputFormat::Table {
+        let mut sql = format!(
+            "SELECT name AS metric, fmt_dur(CAST(value_a AS BIGINT)) AS a, \
+             fmt_dur(CAST(value_b AS BIGINT)) AS b, fmt_dur(delta) AS \"b - a\", \
+             round(100 * (ratio - 1), 1) AS change_pct, test, round(p_value, 4) AS p_value, status \
+             FROM {} WHERE rank IS NULL AND count_a + count_b > 0",
+            call("summary")
+        );
+        if level != Level::Summary {
+            sql.push_str(&format!(
+                "; SELECT CASE WHEN length(name) > 100 THEN left(name, 97) || '...' ELSE name END \
+                 AS name, count_a, count_b, fmt_dur(CAST(value_a AS BIGINT)) AS a, \
+                 fmt_dur(CAST(value_b AS BIGINT)) AS b, fmt_dur(delta) AS \"b - a\", \
+                 round(100 * (ratio - 1), 1) AS change_pct, round(p_value, 4) AS p_value, status \
+                 FROM {} WHERE rank IS NULL{filter} ORDER BY abs(delta) DESC, name LIMIT {}",
+                call(level_name),
+                limit.unwrap_or(20)
+            ));
+        }
+        sql
+    } else {
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        format!(
+            "SELECT * FROM {} WHERE true{filter} ORDER BY rank NULLS FIRST, abs(delta) DESC, name{limit}",
+            call(level_name)
+        )
+    };
+    if format == OutputFormat::Table {
+        println!(
+            "a = {a}, b = {b}; per step when both sides have steps, else per run; \
+             changes under {threshold} % or not significant (Mann-Whitney, p < {}) are unchanged\n",
+            compare::ALPHA
+        );
+    }
+    let failed = run_sql_text(ctx, &sql, format, false, &mut std::io::stdout()).await;
+    Ok(if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A terminal sparkline of `values` (missing values as spaces).
+pub fn sparkline(values: &[Option<f64>]) -> String {
+    let present: Vec<f64> = values.iter().flatten().copied().collect();
+    let (lo, hi) = present
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(*v), h.max(*v))
+        });
+    values
+        .iter()
+        .map(|v| match v {
+            None => ' ',
+            Some(_) if hi <= lo => SPARKS[3],
+            Some(v) => SPARKS[(((v - lo) / (hi - lo)) * 7.0).round() as usize],
+        })
+        .collect()
+}
+
+pub async fn trend(
+    ctx: &SessionContext,
+    store: &Store,
+    selector: &str,
+    metric: &str,
+    order_tag: Option<&str>,
+    threshold: f64,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let metric = Metric::parse(metric).map_err(anyhow::Error::msg)?;
+    let points = trend::trend(ctx, store, selector, &metric, order_tag, threshold).await?;
+    if format != OutputFormat::Table {
+        let batches = trend::to_batch(&points, metric.unit())?;
+        write_batches(&mut std::io::stdout(), format, &trend::schema(), &batches)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let show = |v: Option<f64>| match (v, metric.unit()) {
+        (None, _) => "-".to_string(),
+        (Some(v), "%") => format!("{v:.1} %"),
+        (Some(v), _) => fmt_dur(v.round() as i64),
+    };
+    let rows: Vec<Vec<String>> = points
+        .iter()
+        .enumerate()
+        .map(|(i, p): (usize, &Point)| {
+            vec![
+                (i + 1).to_string(),
+                p.run.clone(),
+                p.order_key.clone().unwrap_or_else(|| {
+                    chrono::DateTime::from_timestamp_nanos(p.captured_ns)
+                        .format("%Y-%m-%d %H:%M:%S")
+                        .to_string()
+                }),
+                p.samples.len().to_string(),
+                show(p.value),
+                p.change_pct.map_or("".into(), |c| format!("{c:+.1} %")),
+                if p.change_point {
+                    "<< change".into()
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect();
+    let at = order_tag.unwrap_or("captured");
+    print_text(
+        &[
+            "#",
+            "run",
+            at,
+            "steps",
+            "value",
+            "vs before",
+            "change point",
+        ],
+        &rows,
+    )?;
+    let values: Vec<Option<f64>> = points.iter().map(|p| p.value).collect();
+    let changes = points.iter().filter(|p| p.change_point).count();
+    println!(
+        "{}  {} run(s), {} change point(s); value = median per step (total for runs without steps)",
+        sparkline(&values),
+        points.len(),
+        changes
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gpuq check`: exit 1 on a significant regression of a gated metric.
+pub async fn check(
+    ctx: &SessionContext,
+    store: &Store,
+    baseline: &str,
+    candidate: &str,
+    max_regression: f64,
+    metrics: &[String],
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    for m in metrics {
+        if !SUMMARY_METRICS.contains(&m.as_str()) {
+            bail!(
+                "unknown metric {m:?} (one of {})",
+                SUMMARY_METRICS.join(", ")
+            );
+        }
+    }
+    let base_runs: Vec<String> = resolve(ctx, store, baseline)
+        .await?
+        .into_iter()
+        .map(|r| r.run)
+        .collect();
+    let cand_runs: Vec<String> = resolve(ctx, store, candidate)
+        .await?
+        .into_iter()
+        .map(|r| r.run)
+        .collect();
+    let summary = compare::compare_selectors(
+        ctx,
+        store,
+        baseline,
+        candidate,
+        Level::Summary,
+        max_regression,
+    )
+    .await?;
+    let kernels = compare::compare_selectors(
+        ctx,
+        store,
+        baseline,
+        candidate,
+        Level::Kernel,
+        max_regression,
+    )
+    .await?;
+    let gated: Vec<&Row> = summary
+        .iter()
+        .filter(|r| r.rank.is_none() && metrics.contains(&r.name))
+        .collect();
+    let regressed = |r: &Row| r.status.starts_with("slower");
+    let failures: Vec<&&Row> = gated.iter().filter(|r| regressed(r)).collect();
+    let evidence: Vec<&Row> = kernels
+        .iter()
+        .filter(|r| r.rank.is_none() && (r.status.starts_with("slower") || r.status == "added"))
+        .take(10)
+        .collect();
+    let pass = failures.is_empty();
+    if format == OutputFormat::Json || format == OutputFormat::Ndjson {
+        let row_json = |r: &Row| {
+            serde_json::json!({
+                "name": r.name, "baseline": r.value_a, "candidate": r.value_b, "delta": r.delta(),
+                "change_pct": r.ratio().map(|x| 100.0 * (x - 1.0)), "p_value": r.p_value,
+                "test": r.test, "status": r.status, "regression": regressed(r),
+            })
+        };
+        let out = serde_json::json!({
+            "pass": pass,
+            "baseline": {"selector": baseline, "runs": base_runs},
+            "candidate": {"selector": candidate, "runs": cand_runs},
+            "max_regression_pct": max_regression,
+            "metrics": gated.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
+            "evidence": evidence.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "baseline: {} ({} run(s)); candidate: {}; max regression {max_regression} %",
+            baseline,
+            base_runs.len(),
+            candidate
+        );
+        let rows: Vec<Vec<String>> = gated
+            .iter()
+            .map(|r| {
+                vec![
+                    if regressed(r) { "FAIL" } else { "ok" }.to_string(),
+                    r.name.clone(),
+                    fmt_dur(r.value_a.round() as i64),
+                    fmt_dur(r.value_b.round() as i64),
+                    pct_change(r),
+                    p_text(r.p_value),
+                    r.status.to_string(),
+                ]
+            })
+            .collect();
+        print_text(
+            &[
+                "",
+                "metric",
+                "baseline",
+                "candidate",
+                "change",
+                "p",
+                "status",
+            ],
+            &rows,
+        )?;
+        if !evidence.is_empty() {
+            println!("\nkernels that got slower or appeared (largest change first):");
+            let rows: Vec<Vec<String>> = evidence
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.name.chars().take(80).collect(),
+                        fmt_dur(r.value_a.round() as i64),
+                        fmt_dur(r.value_b.round() as i64),
+                        fmt_dur(r.delta()),
+                        pct_change(r),
+                        p_text(r.p_value),
+                        r.status.to_string(),
+                    ]
+                })
+                .collect();
+            print_text(
+                &[
+                    "kernel",
+                    "baseline",
+                    "candidate",
+                    "delta",
+                    "change",
+                    "p",
+                    "status",
+                ],
+                &rows,
+            )?;
+        }
+        println!(
+            "\n{}",
+            if pass {
+                "PASS: no gated metric regressed significantly beyond the threshold".to_string()
+            } else {
+                format!("FAIL: {} gated metric(s) regressed", failures.len())
+            }
+        );
+    }
+    Ok(if pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub async fn repeat(
+    ctx: &SessionContext,
+    selector: &str,
+    top: usize,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let call = format!("repeatability({}, {top})", literal(selector));
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT top_rank AS rank, name, runs, fmt_dur(CAST(mean AS BIGINT)) AS mean, \
+             cv_pct, fmt_dur(CAST(min AS BIGINT)) AS min, fmt_dur(CAST(max AS BIGINT)) AS max \
+             FROM {call} ORDER BY top_rank LIMIT {}; \
+             SELECT DISTINCT ranking_tau AS top_{top}_kendall_tau FROM {call}",
+            top.max(20)
+        )
+    } else {
+        format!("SELECT * FROM {call}")
+    };
+    let failed = run_sql_text(ctx, &sql, format, false, &mut std::io::stdout()).await;
+    Ok(if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub fn skew_sql(run: &str, format: OutputFormat) -> String {
+    let sql = select_sql("collective_skew", run, &[]);
+    if format == OutputFormat::Table {
+        format!(
+            "SELECT name, ranks, calls, fmt_dur(CAST(start_skew_avg AS BIGINT)) AS start_skew_avg, \
+             fmt_dur(start_skew_max) AS start_skew_max, fmt_dur(CAST(end_skew_avg AS BIGINT)) AS end_skew_avg, \
+             fmt_dur(end_skew_max) AS end_skew_max, straggler_rank, straggler_pct FROM ({sql})"
+        )
+    } else {
+        sql
+    }
+}

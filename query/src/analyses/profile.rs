@@ -1,0 +1,354 @@
+//! Profiles: what a run spends its time on, per key (kernel name, launching operator, kernel
+//! class, stage or summary metric), per rank, with the per-step or per-instance samples a
+//! comparison needs to tell a real change from noise.
+//!
+//! A run *with steps* (`ProfilerStep#N` ranges in the `steps` view) is described per
+//! (rank, step): the GPU time each key took in the step (work is attributed to the step of its
+//! launch, as in the `step` column). A run *without steps* keeps each instance's duration.
+//! Summary metrics (per step, or per rank over the whole run without steps):
+//!
+//! | metric | definition |
+//! |---|---|
+//! | `step_time` | the step's wall time (duration of its `ProfilerStep` range) |
+//! | `gpu_busy` | union of the kernels, copies and memsets launched in the step (`busy_time`) |
+//! | `gpu_idle` | `step_time - gpu_busy` (with steps), `wall - gpu_busy` without |
+//! | `kernel_time` | summed kernel durations |
+//! | `compute` | `kernel_time` of every class but communication |
+//! | `communication` | summed durations of communication kernels (`kernel_class`) |
+//! | `memcpy`, `memset` | summed copy / memset durations |
+
+use super::data::{collect, ints, strings, walls};
+use super::literal;
+use super::stages::load_stages;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionContext;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// What a comparison groups time by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Kernel,
+    Op,
+    Class,
+    Stage,
+    Summary,
+}
+
+pub const LEVELS: &str = "kernel, op, class, stage, summary";
+
+/// The summary metrics, in the order they are reported.
+pub const SUMMARY_METRICS: &[&str] = &[
+    "step_time",
+    "gpu_busy",
+    "gpu_idle",
+    "kernel_time",
+    "compute",
+    "communication",
+    "memcpy",
+    "memset",
+];
+
+impl Level {
+    pub fn parse(s: &str) -> std::result::Result<Level, String> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "kernel" | "kernels" | "name" => Level::Kernel,
+            "op" | "ops" | "operator" => Level::Op,
+            "class" | "classes" => Level::Class,
+            "stage" | "stages" => Level::Stage,
+            "summary" | "run" => Level::Summary,
+            other => return Err(format!("unknown level {other:?} (one of {LEVELS})")),
+        })
+    }
+
+    /// The view and key expression a GPU-time level groups by.
+    fn source(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Level::Kernel => Some(("kernels", "name")),
+            Level::Op => Some(("gpu_ops", "coalesce(op, '(no op)')")),
+            Level::Class => Some(("kernels", "kernel_class(name)")),
+            Level::Stage | Level::Summary => None,
+        }
+    }
+}
+
+/// (rank, step)
+pub type StepKey = (Option<i32>, i64);
+
+/// One key's time in one rank of a run.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Measure {
+    pub count: i64,
+    pub total: i64,
+    /// Time per step of the rank (steps where the key did not appear are absent).
+    pub per_step: HashMap<i64, i64>,
+    /// Each instance's time, for runs without steps.
+    pub instances: Vec<i64>,
+}
+
+/// One run's profile at one level.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Profile {
+    pub run: String,
+    /// Step durations per (rank, step).
+    pub steps: BTreeMap<StepKey, i64>,
+    /// key -> rank -> measure.
+    pub keys: BTreeMap<String, BTreeMap<Option<i32>, Measure>>,
+}
+
+impl Profile {
+    pub fn ranks(&self) -> BTreeSet<Option<i32>> {
+        let mut ranks: BTreeSet<Option<i32>> = self.steps.keys().map(|k| k.0).collect();
+        for per_rank in self.keys.values() {
+            ranks.extend(per_rank.keys().copied());
+        }
+        ranks
+    }
+
+    /// The steps of `rank` (every rank when `None`).
+    pub fn steps_of(&self, rank: Option<Option<i32>>) -> impl Iterator<Item = StepKey> + '_ {
+        self.steps
+            .keys()
+            .copied()
+            .filter(move |k| rank.is_none_or(|r| k.0 == r))
+    }
+
+    fn measure(&mut self, key: &str, rank: Option<i32>) -> &mut Measure {
+        self.keys
+            .entry(key.to_string())
+            .or_default()
+            .entry(rank)
+            .or_default()
+    }
+}
+
+/// The profiles of `runs` at `level`, in the order of `runs`; with `only`, just that key
+/// (a kernel name, op, class or metric), which keeps a trend over hundreds of runs cheap.
+pub async fn load_profiles(
+    ctx: &SessionContext,
+    runs: &[String],
+    level: Level,
+    only: Option<&str>,
+) -> Result<Vec<Profile>> {
+    let mut profiles: BTreeMap<String, Profile> = runs
+        .iter()
+        .map(|r| {
+            let p = Profile {
+                run: r.clone(),
+                ..Default::default()
+            };
+            (r.clone(), p)
+        })
+        .collect();
+    if runs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all = in_list(runs.iter());
+    let sql = format!(
+        "SELECT run, rank, step, max(dur) FROM steps WHERE run IN ({all}) AND step IS NOT NULL \
+         GROUP BY run, rank, step"
+    );
+    for b in collect(ctx, &sql).await? {
+        let (run, rank, step, dur) = (strings(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, ints(&b, 3)?);
+        for i in 0..b.num_rows() {
+            if let (Some(run), Some(step), Some(dur)) = (&run[i], step[i], dur[i]) {
+                if let Some(p) = profiles.get_mut(run) {
+                    p.steps.insert((rank[i].map(|r| r as i32), step), dur);
+                }
+            }
+        }
+    }
+    let (stepped, flat): (Vec<&String>, Vec<&String>) =
+        runs.iter().partition(|r| !profiles[*r].steps.is_empty());
+    match level {
+        Level::Stage => {
+            for run in runs {
+                let p = profiles.get_mut(run).expect("profile of every run");
+                for s in load_stages(ctx, run).await? {
+                    let key = format!("{}: {}", s.kind, s.name);
+                    if only.is_some_and(|o| o != key) {
+                        continue;
+                    }
+                    let m = p.measure(&key, s.rank);
+                    m.count += s.instances;
+                    m.total += s.wall;
+                    m.instances.push(s.wall);
+                }
+            }
+        }
+        Level::Summary => summary(ctx, &mut profiles, &stepped, &flat, only).await?,
+        _ => {
+            let (view, key) = level.source().expect("a GPU-time level");
+            let filter = only.map_or(String::new(), |o| format!(" AND {key} = {}", literal(o)));
+            if !stepped.is_empty() {
+                let sql = format!(
+                    "SELECT run, rank, step, {key}, count(*), sum(dur) FROM {view} \
+                     WHERE run IN ({}){filter} GROUP BY 1, 2, 3, 4",
+                    in_list(stepped.iter().copied())
+                );
+                for b in collect(ctx, &sql).await? {
+                    let (run, rank, step, name) =
+                        (strings(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, strings(&b, 3)?);
+                    let (count, total) = (ints(&b, 4)?, ints(&b, 5)?);
+                    for i in 0..b.num_rows() {
+                        let (Some(run), Some(name)) = (&run[i], &name[i]) else {
+                            continue;
+                        };
+                        let Some(p) = profiles.get_mut(run) else {
+                            continue;
+                        };
+                        let m = p.measure(name, rank[i].map(|r| r as i32));
+                        let (c, t) = (count[i].unwrap_or(0), total[i].unwrap_or(0));
+                        m.count += c;
+                        m.total += t;
+                        if let Some(step) = step[i] {
+                            *m.per_step.entry(step).or_default() += t;
+                        }
+                    }
+                }
+            }
+            if !flat.is_empty() {
+                let sql = format!(
+                    "SELECT run, rank, {key}, dur FROM {view} WHERE run IN ({}){filter}",
+                    in_list(flat.iter().copied())
+                );
+                for b in collect(ctx, &sql).await? {
+                    let (run, rank, name, dur) =
+                        (strings(&b, 0)?, ints(&b, 1)?, strings(&b, 2)?, ints(&b, 3)?);
+                    for i in 0..b.num_rows() {
+                        let (Some(run), Some(name)) = (&run[i], &name[i]) else {
+                            continue;
+                        };
+                        let Some(p) = profiles.get_mut(run) else {
+                            continue;
+                        };
+                        let m = p.measure(name, rank[i].map(|r| r as i32));
+                        let d = dur[i].unwrap_or(0);
+                        m.count += 1;
+                        m.total += d;
+                        m.instances.push(d);
+                    }
+                }
+            }
+        }
+    }
+    runs.iter()
+        .map(|r| {
+            profiles
+                .remove(r)
+                .ok_or_else(|| DataFusionError::Plan(format!("run {r} given twice")))
+        })
+        .collect()
+}
+
+fn in_list<'a>(runs: impl Iterator<Item = &'a String>) -> String {
+    runs.map(|r| literal(r)).collect::<Vec<_>>().join(", ")
+}
+
+/// Per-step (or per-rank) GPU metrics, as [`SUMMARY_METRICS`] define them.
+const SUMMARY_SELECT: &str = "busy_time(ts, dur), \
+     sum(CASE WHEN kind = 'kernel' THEN dur ELSE 0 END), \
+     sum(CASE WHEN kind = 'kernel' AND kernel_class(name) = 'communication' THEN dur ELSE 0 END), \
+     sum(CASE WHEN kind = 'memcpy' THEN dur ELSE 0 END), \
+     sum(CASE WHEN kind = 'memset' THEN dur ELSE 0 END)";
+
+/// The metrics of one group: gpu_busy, kernel_time, communication, memcpy, memset.
+type Metrics = [i64; 5];
+
+async fn summary(
+    ctx: &SessionContext,
+    profiles: &mut BTreeMap<String, Profile>,
+    stepped: &[&String],
+    flat: &[&String],
+    only: Option<&str>,
+) -> Result<()> {
+    let wants = |m: &str| only.is_none_or(|o| o == m);
+    let needs_gpu = SUMMARY_METRICS[1..].iter().any(|m| wants(m));
+    // (run, rank, step) -> metrics
+    let mut groups: HashMap<(String, Option<i32>, Option<i64>), Metrics> = HashMap::new();
+    for (runs, group_by) in [(stepped, "run, rank, step"), (flat, "run, rank")] {
+        if runs.is_empty() || !needs_gpu {
+            continue;
+        }
+        let step = if group_by.ends_with("step") {
+            "step"
+        } else {
+            "CAST(NULL AS BIGINT)"
+        };
+        let sql = format!(
+            "SELECT run, rank, {step}, {SUMMARY_SELECT} FROM gpu_ops WHERE run IN ({}) \
+             GROUP BY {group_by}",
+            in_list(runs.iter().copied())
+        );
+        for b in collect(ctx, &sql).await? {
+            let (run, rank, step) = (strings(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?);
+            let cols = (3..8).map(|i| ints(&b, i)).collect::<Result<Vec<_>>>()?;
+            for i in 0..b.num_rows() {
+                let Some(run) = &run[i] else { continue };
+                let metrics: Metrics = std::array::from_fn(|c| cols[c][i].unwrap_or(0));
+                groups.insert((run.clone(), rank[i].map(|r| r as i32), step[i]), metrics);
+            }
+        }
+    }
+    let record = |p: &mut Profile, rank: Option<i32>, step: Option<i64>, name: &str, v: i64| {
+        if !wants(name) {
+            return;
+        }
+        let m = p.measure(name, rank);
+        m.count += 1;
+        m.total += v;
+        match step {
+            Some(s) => {
+                m.per_step.insert(s, v);
+            }
+            None => m.instances.push(v),
+        }
+    };
+    let derived = |m: &Metrics| {
+        [
+            ("gpu_busy", m[0]),
+            ("kernel_time", m[1]),
+            ("compute", m[1] - m[2]),
+            ("communication", m[2]),
+            ("memcpy", m[3]),
+            ("memset", m[4]),
+        ]
+    };
+    for run in stepped {
+        let p = profiles.get_mut(*run).expect("profile of every run");
+        let steps: Vec<(StepKey, i64)> = p.steps.iter().map(|(k, d)| (*k, *d)).collect();
+        for ((rank, step), dur) in steps {
+            let m = groups
+                .get(&((*run).clone(), rank, Some(step)))
+                .copied()
+                .unwrap_or_default();
+            record(p, rank, Some(step), "step_time", dur);
+            record(p, rank, Some(step), "gpu_idle", (dur - m[0]).max(0));
+            for (name, v) in derived(&m) {
+                record(p, rank, Some(step), name, v);
+            }
+        }
+    }
+    for run in flat {
+        let walls = if wants("gpu_idle") {
+            walls(ctx, run).await?
+        } else {
+            HashMap::new()
+        };
+        let p = profiles.get_mut(*run).expect("profile of every run");
+        let mut ranks: Vec<(Option<i32>, Metrics)> = groups
+            .iter()
+            .filter(|((r, _, _), _)| r == *run)
+            .map(|((_, rank, _), m)| (*rank, *m))
+            .collect();
+        ranks.sort_unstable();
+        for (rank, m) in ranks {
+            if let Some((lo, hi)) = walls.get(&rank) {
+                record(p, rank, None, "gpu_idle", (hi - lo - m[0]).max(0));
+            }
+            for (name, v) in derived(&m) {
+                record(p, rank, None, name, v);
+            }
+        }
+    }
+    Ok(())
+}
