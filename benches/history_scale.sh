@@ -105,7 +105,7 @@ timed() {  # wall seconds of a command, best of 3
     python3 -c "print(f'{$t1 - $t0:.3f}')"
   done | best
 }
-a=r$(printf %04d 100); b=r$(printf %04d $(( NRUNS - 10 )))
+a=r$(printf %04d $(( NRUNS / 5 + 1 ))); b=r$(printf %04d $NRUNS)
 say "3. gpuq diff $a $b (wall, incl. process start)"
 timed "$GPUQ" --store "$STORE" diff "$a" "$b"
 "$GPUQ" --store "$STORE" diff "$a" "$b" | head -30
@@ -114,11 +114,13 @@ say "4. gpuq trend over all $NRUNS runs (wall)"
 for m in step_time kernel_time "kernel:void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)"; do
   echo "metric ${m:0:40}: $(timed "$GPUQ" --store "$STORE" trend --by i --metric "$m") s"
 done
-"$GPUQ" --store "$STORE" trend --by i --metric kernel_time | tail -1
-"$GPUQ" --store "$STORE" trend --by i --metric kernel_time --format csv | awk -F, '$NF == "true"'
+"$GPUQ" --store "$STORE" trend --by i --metric "$m" | tail -1
+echo "change points of ${m:0:40} (csv):"
+"$GPUQ" --store "$STORE" trend --by i --metric "$m" --format csv | awk -F, '$NF == "true"'
 
 say "5. REPL start to first prompt (echo '\\q' | gpuq sql, wall)"
 timed sh -c "echo '\\q' | '$GPUQ' --store '$STORE' sql"
 
 say "6. gpuq check (median of the main runs vs the last run, wall)"
 timed "$GPUQ" --store "$STORE" check --baseline "tags['branch'] = 'main'" --candidate "$b"
+"$GPUQ" --store "$STORE" check --baseline "tags['branch'] = 'main'" --candidate "$b" --max-regression 1% | tail -12

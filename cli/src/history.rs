@@ -245,21 +245,14 @@ pub async fn check(
         .into_iter()
         .map(|r| r.run)
         .collect();
+    let gated_names: Vec<&str> = metrics.iter().map(String::as_str).collect();
     let summary = compare::compare_selectors(
         ctx,
         store,
         baseline,
         candidate,
         Level::Summary,
-        max_regression,
-    )
-    .await?;
-    let kernels = compare::compare_selectors(
-        ctx,
-        store,
-        baseline,
-        candidate,
-        Level::Kernel,
+        &gated_names,
         max_regression,
     )
     .await?;
@@ -269,6 +262,22 @@ pub async fn check(
         .collect();
     let regressed = |r: &Row| r.status.starts_with("slower");
     let failures: Vec<&&Row> = gated.iter().filter(|r| regressed(r)).collect();
+    // The kernels behind a regression: only looked up when there is one (the passing path of
+    // a CI gate stays cheap).
+    let kernels = if failures.is_empty() {
+        Vec::new()
+    } else {
+        compare::compare_selectors(
+            ctx,
+            store,
+            baseline,
+            candidate,
+            Level::Kernel,
+            &[],
+            max_regression,
+        )
+        .await?
+    };
     let evidence: Vec<&Row> = kernels
         .iter()
         .filter(|r| r.rank.is_none() && (r.status.starts_with("slower") || r.status == "added"))

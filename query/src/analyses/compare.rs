@@ -282,6 +282,7 @@ pub async fn compare_selectors(
     a: &str,
     b: &str,
     level: Level,
+    only: &[&str],
     threshold_pct: f64,
 ) -> Result<Vec<Row>> {
     let runs_a: Vec<String> = resolve(ctx, store, a)
@@ -294,8 +295,8 @@ pub async fn compare_selectors(
         .into_iter()
         .map(|r| r.run)
         .collect();
-    let pa = load_profiles(ctx, &runs_a, level, None).await?;
-    let pb = load_profiles(ctx, &runs_b, level, None).await?;
+    let pa = load_profiles(ctx, &runs_a, level, only).await?;
+    let pb = load_profiles(ctx, &runs_b, level, only).await?;
     Ok(compare(&pa, &pb, threshold_pct, level == Level::Summary))
 }
 
@@ -372,7 +373,8 @@ impl TableFunctionImpl for CompareFunction {
             compute: Arc::new(move |ctx| {
                 let (store, a, b) = (store.clone(), a.clone(), b.clone());
                 async move {
-                    let rows = compare_selectors(&ctx, &store, &a, &b, level, threshold).await?;
+                    let rows =
+                        compare_selectors(&ctx, &store, &a, &b, level, &[], threshold).await?;
                     to_batch(&rows)
                 }
                 .boxed()

@@ -406,6 +406,28 @@ async fn trend_matches_brute_force_and_finds_the_regression() {
     assert!(error_of(&ctx, "SELECT * FROM trend('n00', 'bogus')")
         .await
         .contains("unknown metric"));
+    // One summary metric alone (a narrower query) equals its brute force too.
+    let kt = rows(&ctx, "SELECT run, value FROM trend('true', 'kernel_time')").await;
+    assert_eq!(kt.len(), 10);
+    for r in &kt {
+        let sql = format!(
+            "SELECT sum(dur) AS t FROM kernels WHERE run = '{}' AND step IS NOT NULL GROUP BY step",
+            r["run"]
+        );
+        let mut v: Vec<f64> = rows(&ctx, &sql)
+            .await
+            .iter()
+            .map(|x| x["t"].parse().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        assert_eq!(r["value"].parse::<f64>().unwrap(), (v[5] + v[6]) / 2.0);
+    }
+    let idle = rows(&ctx, "SELECT value, unit FROM trend('n00', 'idle_pct')").await;
+    let pct: f64 = idle[0]["value"].parse().unwrap();
+    assert!(
+        idle[0]["unit"] == "%" && pct > 0.0 && pct < 100.0,
+        "{idle:?}"
+    );
 
     // Repeatability of the six unshifted repeats: GEMMs are stable, the ranking too.
     let rep = rows(

@@ -121,13 +121,14 @@ impl Profile {
     }
 }
 
-/// The profiles of `runs` at `level`, in the order of `runs`; with `only`, just that key
-/// (a kernel name, op, class or metric), which keeps a trend over hundreds of runs cheap.
+/// The profiles of `runs` at `level`, in the order of `runs`; with `only` non-empty, just
+/// those keys (kernel names, ops, classes or metrics), which keeps a trend or a gate over
+/// hundreds of runs cheap.
 pub async fn load_profiles(
     ctx: &SessionContext,
     runs: &[String],
     level: Level,
-    only: Option<&str>,
+    only: &[&str],
 ) -> Result<Vec<Profile>> {
     let mut profiles: BTreeMap<String, Profile> = runs
         .iter()
@@ -165,7 +166,7 @@ pub async fn load_profiles(
                 let p = profiles.get_mut(run).expect("profile of every run");
                 for s in load_stages(ctx, run).await? {
                     let key = format!("{}: {}", s.kind, s.name);
-                    if only.is_some_and(|o| o != key) {
+                    if !only.is_empty() && !only.contains(&key.as_str()) {
                         continue;
                     }
                     let m = p.measure(&key, s.rank);
@@ -178,7 +179,12 @@ pub async fn load_profiles(
         Level::Summary => summary(ctx, &mut profiles, &stepped, &flat, only).await?,
         _ => {
             let (view, key) = level.source().expect("a GPU-time level");
-            let filter = only.map_or(String::new(), |o| format!(" AND {key} = {}", literal(o)));
+            let filter = if only.is_empty() {
+                String::new()
+            } else {
+                let keys: Vec<String> = only.iter().map(|o| literal(o)).collect();
+                format!(" AND {key} IN ({})", keys.join(", "))
+            };
             if !stepped.is_empty() {
                 let sql = format!(
                     "SELECT run, rank, step, {key}, count(*), sum(dur) FROM {view} \
@@ -244,12 +250,19 @@ fn in_list<'a>(runs: impl Iterator<Item = &'a String>) -> String {
     runs.map(|r| literal(r)).collect::<Vec<_>>().join(", ")
 }
 
-/// Per-step (or per-rank) GPU metrics, as [`SUMMARY_METRICS`] define them.
-const SUMMARY_SELECT: &str = "busy_time(ts, dur), \
-     sum(CASE WHEN kind = 'kernel' THEN dur ELSE 0 END), \
-     sum(CASE WHEN kind = 'kernel' AND kernel_class(name) = 'communication' THEN dur ELSE 0 END), \
-     sum(CASE WHEN kind = 'memcpy' THEN dur ELSE 0 END), \
-     sum(CASE WHEN kind = 'memset' THEN dur ELSE 0 END)";
+/// The measured columns of the summary, as [`SUMMARY_METRICS`] define them: (the metrics
+/// that need it, its SQL over `gpu_ops`, whether kernels alone suffice).
+const SUMMARY_COLUMNS: [(&[&str], &str, bool); 5] = [
+    (&["gpu_busy", "gpu_idle"], "busy_time(ts, dur)", false),
+    (&["kernel_time", "compute"], "sum(CASE WHEN kind = 'kernel' THEN dur ELSE 0 END)", true),
+    (
+        &["compute", "communication"],
+        "sum(CASE WHEN kind = 'kernel' AND kernel_class(name) = 'communication' THEN dur ELSE 0 END)",
+        true,
+    ),
+    (&["memcpy"], "sum(CASE WHEN kind = 'memcpy' THEN dur ELSE 0 END)", false),
+    (&["memset"], "sum(CASE WHEN kind = 'memset' THEN dur ELSE 0 END)", false),
+];
 
 /// The metrics of one group: gpu_busy, kernel_time, communication, memcpy, memset.
 type Metrics = [i64; 5];
@@ -259,10 +272,30 @@ async fn summary(
     profiles: &mut BTreeMap<String, Profile>,
     stepped: &[&String],
     flat: &[&String],
-    only: Option<&str>,
+    only: &[&str],
 ) -> Result<()> {
-    let wants = |m: &str| only.is_none_or(|o| o == m);
-    let needs_gpu = SUMMARY_METRICS[1..].iter().any(|m| wants(m));
+    let wants = |m: &str| only.is_empty() || only.contains(&m);
+    let needed: Vec<bool> = SUMMARY_COLUMNS
+        .iter()
+        .map(|(metrics, _, _)| metrics.iter().any(|m| wants(m)))
+        .collect();
+    let needs_gpu = needed.iter().any(|n| *n);
+    let select: Vec<String> = SUMMARY_COLUMNS
+        .iter()
+        .zip(&needed)
+        .enumerate()
+        .map(|(i, ((_, sql, _), n))| {
+            let sql = if *n { sql } else { "CAST(0 AS BIGINT)" };
+            format!("{sql} AS m{i}")
+        })
+        .collect();
+    let select = select.join(", ");
+    // Kernel metrics alone need only the kernels' rows.
+    let kernels_only = SUMMARY_COLUMNS
+        .iter()
+        .zip(&needed)
+        .all(|((_, _, kernels), n)| *kernels || !n);
+    let view = if kernels_only { "kernels" } else { "gpu_ops" };
     // (run, rank, step) -> metrics
     let mut groups: HashMap<(String, Option<i32>, Option<i64>), Metrics> = HashMap::new();
     for (runs, group_by) in [(stepped, "run, rank, step"), (flat, "run, rank")] {
@@ -275,7 +308,7 @@ async fn summary(
             "CAST(NULL AS BIGINT)"
         };
         let sql = format!(
-            "SELECT run, rank, {step}, {SUMMARY_SELECT} FROM gpu_ops WHERE run IN ({}) \
+            "SELECT run, rank, {step}, {select} FROM {view} WHERE run IN ({}) \
              GROUP BY {group_by}",
             in_list(runs.iter().copied())
         );

@@ -184,7 +184,7 @@ impl TableFunctionImpl for RepeatabilityFunction {
                         .into_iter()
                         .map(|r| r.run)
                         .collect();
-                    let profiles = load_profiles(&ctx, &runs, Level::Kernel, None).await?;
+                    let profiles = load_profiles(&ctx, &runs, Level::Kernel, &[]).await?;
                     let (rows, tau) = repeatability(&profiles, n);
                     to_batch(&rows, tau)
                 }

@@ -37,18 +37,22 @@ pub async fn resolve(ctx: &SessionContext, store: &Store, selector: &str) -> Res
             let batches = match collect(ctx, &sql).await {
                 Ok(b) => b,
                 // `pr-1234` parses as arithmetic on unknown columns: it meant a run.
-                Err(_) if as_run.is_some() => return Err(DataFusionError::Plan(format!(
+                Err(_) if as_run.is_some() => {
+                    return Err(DataFusionError::Plan(format!(
                     "unknown run {selector} (see `gpuq runs`; a selector is a run name or a SQL \
                          condition on the runs table, e.g. tags['branch'] = 'main')"
-                ))),
-                Err(e) => return Err(DataFusionError::Plan(format!(
+                )))
+                }
+                Err(e) => {
+                    return Err(DataFusionError::Plan(format!(
                     "selector {} is neither a run name nor a valid condition on the runs table: {}",
                     literal(selector),
                     e.to_string()
                         .split_whitespace()
                         .collect::<Vec<_>>()
                         .join(" ")
-                ))),
+                )))
+                }
             };
             let mut names = Vec::new();
             for b in &batches {

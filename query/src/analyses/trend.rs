@@ -216,9 +216,17 @@ pub async fn trend(
     order(&mut runs, order_tag);
     let names: Vec<String> = runs.iter().map(|r| r.run.clone()).collect();
     let profiles = match metric {
-        Metric::Summary(m) => load_profiles(ctx, &names, Level::Summary, Some(m)).await?,
-        Metric::IdlePct => load_profiles(ctx, &names, Level::Summary, None).await?,
-        Metric::Key(level, key) => load_profiles(ctx, &names, *level, Some(key)).await?,
+        Metric::Summary(m) => load_profiles(ctx, &names, Level::Summary, &[m]).await?,
+        Metric::IdlePct => {
+            load_profiles(
+                ctx,
+                &names,
+                Level::Summary,
+                &["gpu_idle", "gpu_busy", "step_time"],
+            )
+            .await?
+        }
+        Metric::Key(level, key) => load_profiles(ctx, &names, *level, &[key.as_str()]).await?,
     };
     let mut points: Vec<Point> = runs
         .into_iter()
