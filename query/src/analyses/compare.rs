@@ -34,13 +34,13 @@
 use super::profile::{load_profiles, Level, Profile, SUMMARY_METRICS};
 use super::selector::resolve;
 use super::stats::{mann_whitney, median};
-use super::{constant_args, text_arg, LazyTable};
+use super::{FnArgs, LazyTable};
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
 use futures::FutureExt;
 use gpuq_engine::Store;
@@ -342,30 +342,15 @@ const USAGE: &str = "compare(a, b [, level [, threshold_pct]])";
 
 impl TableFunctionImpl for CompareFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
-        let err = |m: String| DataFusionError::Plan(format!("{m} (usage: {USAGE})"));
-        let values = constant_args(args.exprs()).map_err(err)?;
-        if !(2..=4).contains(&values.len()) {
-            return Err(err(format!(
-                "compare takes 2 to 4 arguments, got {}",
-                values.len()
-            )));
-        }
-        let text = |i: usize, what: &str| {
-            text_arg(&values[i])
-                .map(str::to_string)
-                .ok_or_else(|| err(format!("{what} must be a string, got {}", values[i])))
+        let args = FnArgs::parse(args.exprs(), USAGE, 2..=4)?;
+        let (a, b) = (args.required_text(0, "a")?, args.required_text(1, "b")?);
+        let level = match args.text(2, "level")? {
+            Some(l) => Level::parse(&l).map_err(|m| args.error(m))?,
+            None => Level::Kernel,
         };
-        let (a, b) = (text(0, "a")?, text(1, "b")?);
-        let level = match values.get(2) {
-            Some(v) if !v.is_null() => Level::parse(&text(2, "level")?).map_err(err)?,
-            _ => Level::Kernel,
-        };
-        let threshold = match values.get(3) {
-            Some(v) if !v.is_null() => super::number_arg(v)
-                .filter(|t| *t >= 0.0)
-                .ok_or_else(|| err(format!("threshold_pct must be a number >= 0, got {v}")))?,
-            _ => DEFAULT_THRESHOLD_PCT,
-        };
+        let threshold = args
+            .number(3, "threshold_pct", "a number >= 0", |t| t >= 0.0)?
+            .unwrap_or(DEFAULT_THRESHOLD_PCT);
         let store = self.store.clone();
         Ok(Arc::new(LazyTable {
             name: "compare",

@@ -302,6 +302,77 @@ pub(crate) fn constant_args(exprs: &[Expr]) -> std::result::Result<Vec<ScalarVal
         .collect()
 }
 
+/// The constant arguments of a call of a table function that takes selectors and options
+/// (`compare`, `trend`, `repeatability`), with errors that end in its usage line.
+pub(crate) struct FnArgs {
+    values: Vec<ScalarValue>,
+    usage: &'static str,
+}
+
+impl FnArgs {
+    /// `usage` starts with the function's name: `compare(a, b [, level])`.
+    pub fn parse(
+        exprs: &[Expr],
+        usage: &'static str,
+        arity: std::ops::RangeInclusive<usize>,
+    ) -> Result<FnArgs> {
+        let name = usage.split('(').next().unwrap_or(usage);
+        let error = |m: String| DataFusionError::Plan(format!("{m} (usage: {usage})"));
+        let values = constant_args(exprs).map_err(error)?;
+        if !arity.contains(&values.len()) {
+            return Err(error(format!(
+                "{name} takes {} to {} arguments, got {}",
+                arity.start(),
+                arity.end(),
+                values.len()
+            )));
+        }
+        Ok(FnArgs { values, usage })
+    }
+
+    pub fn error(&self, m: impl fmt::Display) -> DataFusionError {
+        DataFusionError::Plan(format!("{m} (usage: {})", self.usage))
+    }
+
+    fn given(&self, i: usize) -> Option<&ScalarValue> {
+        self.values.get(i).filter(|v| !v.is_null())
+    }
+
+    /// Text argument `i`, `None` when absent or NULL.
+    pub fn text(&self, i: usize, what: &str) -> Result<Option<String>> {
+        self.given(i)
+            .map(|v| {
+                text_arg(v)
+                    .map(str::to_string)
+                    .ok_or_else(|| self.error(format!("{what} must be a string, got {v}")))
+            })
+            .transpose()
+    }
+
+    /// A required text argument.
+    pub fn required_text(&self, i: usize, what: &str) -> Result<String> {
+        self.text(i, what)?
+            .ok_or_else(|| self.error(format!("{what} must be a string, got NULL")))
+    }
+
+    /// Number argument `i` that must satisfy `ok` (described by `rule`), `None` when absent.
+    pub fn number(
+        &self,
+        i: usize,
+        what: &str,
+        rule: &str,
+        ok: fn(f64) -> bool,
+    ) -> Result<Option<f64>> {
+        self.given(i)
+            .map(|v| {
+                number_arg(v)
+                    .filter(|x| ok(*x))
+                    .ok_or_else(|| self.error(format!("{what} must be {rule}, got {v}")))
+            })
+            .transpose()
+    }
+}
+
 /// A numeric argument as f64, `None` when it is not a finite number.
 pub(crate) fn number_arg(v: &ScalarValue) -> Option<f64> {
     match v

@@ -185,12 +185,23 @@ pub async fn load_profiles(
                 let keys: Vec<String> = only.iter().map(|o| literal(o)).collect();
                 format!(" AND {key} IN ({})", keys.join(", "))
             };
-            if !stepped.is_empty() {
-                let sql = format!(
-                    "SELECT run, rank, step, {key}, count(*), sum(dur) FROM {view} \
-                     WHERE run IN ({}){filter} GROUP BY 1, 2, 3, 4",
-                    in_list(stepped.iter().copied())
-                );
+            // With steps: the time per (rank, step, key); without: every instance.
+            for (runs, per_instance) in [(&stepped, false), (&flat, true)] {
+                if runs.is_empty() {
+                    continue;
+                }
+                let runs = in_list(runs.iter().copied());
+                let sql = if per_instance {
+                    format!(
+                        "SELECT run, rank, CAST(NULL AS BIGINT), {key}, 1, dur FROM {view} \
+                         WHERE run IN ({runs}){filter}"
+                    )
+                } else {
+                    format!(
+                        "SELECT run, rank, step, {key}, count(*), sum(dur) FROM {view} \
+                         WHERE run IN ({runs}){filter} GROUP BY 1, 2, 3, 4"
+                    )
+                };
                 for b in collect(ctx, &sql).await? {
                     let (run, rank, step, name) =
                         (strings(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, strings(&b, 3)?);
@@ -206,32 +217,11 @@ pub async fn load_profiles(
                         let (c, t) = (count[i].unwrap_or(0), total[i].unwrap_or(0));
                         m.count += c;
                         m.total += t;
-                        if let Some(step) = step[i] {
+                        if per_instance {
+                            m.instances.push(t);
+                        } else if let Some(step) = step[i] {
                             *m.per_step.entry(step).or_default() += t;
                         }
-                    }
-                }
-            }
-            if !flat.is_empty() {
-                let sql = format!(
-                    "SELECT run, rank, {key}, dur FROM {view} WHERE run IN ({}){filter}",
-                    in_list(flat.iter().copied())
-                );
-                for b in collect(ctx, &sql).await? {
-                    let (run, rank, name, dur) =
-                        (strings(&b, 0)?, ints(&b, 1)?, strings(&b, 2)?, ints(&b, 3)?);
-                    for i in 0..b.num_rows() {
-                        let (Some(run), Some(name)) = (&run[i], &name[i]) else {
-                            continue;
-                        };
-                        let Some(p) = profiles.get_mut(run) else {
-                            continue;
-                        };
-                        let m = p.measure(name, rank[i].map(|r| r as i32));
-                        let d = dur[i].unwrap_or(0);
-                        m.count += 1;
-                        m.total += d;
-                        m.instances.push(d);
                     }
                 }
             }

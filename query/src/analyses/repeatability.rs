@@ -13,11 +13,11 @@
 use super::profile::{load_profiles, Level, Profile};
 use super::selector::resolve;
 use super::stats::{cv, kendall_tau, mean};
-use super::{constant_args, number_arg, text_arg, LazyTable};
+use super::{FnArgs, LazyTable};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
 use futures::FutureExt;
 use gpuq_engine::Store;
@@ -154,24 +154,11 @@ const USAGE: &str = "repeatability(selector [, n])";
 
 impl TableFunctionImpl for RepeatabilityFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
-        let err = |m: String| DataFusionError::Plan(format!("{m} (usage: {USAGE})"));
-        let values = constant_args(args.exprs()).map_err(err)?;
-        if !(1..=2).contains(&values.len()) {
-            return Err(err(format!(
-                "repeatability takes 1 or 2 arguments, got {}",
-                values.len()
-            )));
-        }
-        let selector = text_arg(&values[0])
-            .map(str::to_string)
-            .ok_or_else(|| err(format!("selector must be a string, got {}", values[0])))?;
-        let n = match values.get(1) {
-            Some(v) if !v.is_null() => number_arg(v)
-                .filter(|n| *n >= 1.0 && n.fract() == 0.0)
-                .ok_or_else(|| err(format!("n must be an integer >= 1, got {v}")))?
-                as usize,
-            _ => DEFAULT_TOP,
-        };
+        let args = FnArgs::parse(args.exprs(), USAGE, 1..=2)?;
+        let selector = args.required_text(0, "selector")?;
+        let n = args
+            .number(1, "n", "an integer >= 1", |n| n >= 1.0 && n.fract() == 0.0)?
+            .map_or(DEFAULT_TOP, |n| n as usize);
         let store = self.store.clone();
         Ok(Arc::new(LazyTable {
             name: "repeatability",

@@ -24,14 +24,14 @@ use super::compare::ALPHA;
 use super::profile::{load_profiles, Level, Profile, SUMMARY_METRICS};
 use super::selector::{resolve, RunInfo};
 use super::stats::{mann_whitney, median};
-use super::{constant_args, text_arg, LazyTable};
+use super::{FnArgs, LazyTable};
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
     TimestampNanosecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
 use futures::FutureExt;
 use gpuq_engine::Store;
@@ -308,31 +308,13 @@ const USAGE: &str = "trend(selector, metric [, order_tag [, threshold_pct]])";
 
 impl TableFunctionImpl for TrendFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
-        let err = |m: String| DataFusionError::Plan(format!("{m} (usage: {USAGE})"));
-        let values = constant_args(args.exprs()).map_err(err)?;
-        if !(2..=4).contains(&values.len()) {
-            return Err(err(format!(
-                "trend takes 2 to 4 arguments, got {}",
-                values.len()
-            )));
-        }
-        let text = |i: usize, what: &str| {
-            text_arg(&values[i])
-                .map(str::to_string)
-                .ok_or_else(|| err(format!("{what} must be a string, got {}", values[i])))
-        };
-        let selector = text(0, "selector")?;
-        let metric = Metric::parse(&text(1, "metric")?).map_err(err)?;
-        let order_tag = match values.get(2) {
-            Some(v) if !v.is_null() => Some(text(2, "order_tag")?),
-            _ => None,
-        };
-        let threshold = match values.get(3) {
-            Some(v) if !v.is_null() => super::number_arg(v)
-                .filter(|t| *t >= 0.0)
-                .ok_or_else(|| err(format!("threshold_pct must be a number >= 0, got {v}")))?,
-            _ => DEFAULT_THRESHOLD_PCT,
-        };
+        let args = FnArgs::parse(args.exprs(), USAGE, 2..=4)?;
+        let selector = args.required_text(0, "selector")?;
+        let metric = Metric::parse(&args.required_text(1, "metric")?).map_err(|m| args.error(m))?;
+        let order_tag = args.text(2, "order_tag")?;
+        let threshold = args
+            .number(3, "threshold_pct", "a number >= 0", |t| t >= 0.0)?
+            .unwrap_or(DEFAULT_THRESHOLD_PCT);
         let store = self.store.clone();
         Ok(Arc::new(LazyTable {
             name: "trend",
