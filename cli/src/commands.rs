@@ -625,6 +625,36 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
     }
     println!("\nFindings (gpuq findings demo):\n");
     findings(store.root(), "demo", OutputFormat::Table).await?;
+    // A second run of the same job with one GEMM made 50 % slower: what `gpuq diff` shows.
+    let pr_cfg = SynthConfig {
+        kernel_scale: Some(("gemm_relu".into(), 150)),
+        jitter_pct: 3,
+        jitter_seed: 1,
+        ..cfg
+    };
+    write_kineto(
+        &pr_cfg,
+        std::io::BufWriter::new(std::fs::File::create(&path)?),
+    )?;
+    let pr_opts = IngestOptions {
+        run: Some(RunId::new("demo-pr")?),
+        ..opts
+    };
+    driver::ingest(store, &[path.clone()], &pr_opts, &gpuq_ingest::NoProgress)?;
+    let _ = std::fs::remove_file(&path);
+    println!("What changed in run demo-pr, the same job with one GEMM 50 % slower (gpuq diff demo demo-pr):\n");
+    let ctx = gpuq_query::open_session(store).await?;
+    history::diff(
+        &ctx,
+        "demo",
+        "demo-pr",
+        "kernel",
+        2.0,
+        Some(5),
+        false,
+        OutputFormat::Table,
+    )
+    .await?;
     println!("Try: gpuq --store {} sql", store.root().display());
     Ok(exit_code(failed))
 }

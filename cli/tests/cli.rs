@@ -531,6 +531,10 @@ fn demo_runs_end_to_end() {
         "{out}"
     );
     assert!(out.contains("Findings"), "{out}");
+    assert!(
+        out.contains("gpuq diff demo demo-pr") && out.contains("step_time"),
+        "{out}"
+    );
 }
 
 /// Writes the small generated Nsight Systems export to `path`.
