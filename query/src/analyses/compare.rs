@@ -16,8 +16,10 @@
 //! - `test = 'per-step'`: a two-sided Mann–Whitney U test on the per-step times of both
 //!   sides gives `p_value` < 0.01 (exact for up to 30 steps a side without ties, so at least
 //!   5 steps a side are needed to reach it);
-//! - `test = 'per-instance'` (no steps): the instance counts differ (counts are not noisy), or
-//!   the Mann–Whitney test on the instance durations gives `p_value` < 0.01;
+//! - `test = 'per-instance'` (no steps): the Mann–Whitney test on the instance durations
+//!   gives `p_value` < 0.01;
+//! - `test = 'count'` (no steps): the instance counts differ; counts are not noisy, so the
+//!   change is real (no p-value);
 //! - `test = 'none'`: fewer than two samples a side (a stage, a run-level metric without
 //!   steps): the status says `(untested)`.
 //!
