@@ -337,7 +337,7 @@ async fn findings(store_path: &Path, run: &str, format: OutputFormat) -> anyhow:
 }
 
 /// Exit status of a command that ran `failures` failing statements.
-fn exit_code(failures: usize) -> ExitCode {
+pub(crate) fn exit_code(failures: usize) -> ExitCode {
     if failures > 0 {
         ExitCode::FAILURE
     } else {

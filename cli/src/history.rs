@@ -1,6 +1,7 @@
 //! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`.
 
 use crate::args::OutputFormat;
+use crate::commands::exit_code;
 use crate::exec::run_sql_text;
 use crate::output::write_batches;
 use anyhow::bail;
@@ -10,7 +11,7 @@ use datafusion::execution::context::SessionContext;
 use gpuq_engine::Store;
 use gpuq_query::analyses::compare::{self, Row};
 use gpuq_query::analyses::profile::{Level, SUMMARY_METRICS};
-use gpuq_query::analyses::selector::resolve;
+use gpuq_query::analyses::selector::run_names;
 use gpuq_query::analyses::trend::{self, Metric, Point};
 use gpuq_query::analyses::{literal, select_sql};
 use gpuq_query::functions::durations::fmt_dur;
@@ -68,13 +69,7 @@ pub async fn diff(
     format: OutputFormat,
 ) -> anyhow::Result<ExitCode> {
     let level = Level::parse(level).map_err(anyhow::Error::msg)?;
-    let level_name = match level {
-        Level::Kernel => "kernel",
-        Level::Op => "op",
-        Level::Class => "class",
-        Level::Stage => "stage",
-        Level::Summary => "summary",
-    };
+    let level_name = level.name();
     let call = |lvl: &str| {
         format!(
             "compare({}, {}, '{lvl}', {threshold})",
@@ -122,11 +117,7 @@ pub async fn diff(
         );
     }
     let failed = run_sql_text(ctx, &sql, format, false, &mut std::io::stdout()).await;
-    Ok(if failed > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(failed))
 }
 
 const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -235,22 +226,13 @@ pub async fn check(
             );
         }
     }
-    let base_runs: Vec<String> = resolve(ctx, store, baseline)
-        .await?
-        .into_iter()
-        .map(|r| r.run)
-        .collect();
-    let cand_runs: Vec<String> = resolve(ctx, store, candidate)
-        .await?
-        .into_iter()
-        .map(|r| r.run)
-        .collect();
+    let base_runs = run_names(ctx, store, baseline).await?;
+    let cand_runs = run_names(ctx, store, candidate).await?;
     let gated_names: Vec<&str> = metrics.iter().map(String::as_str).collect();
-    let summary = compare::compare_selectors(
+    let summary = compare::compare_runs(
         ctx,
-        store,
-        baseline,
-        candidate,
+        &base_runs,
+        &cand_runs,
         Level::Summary,
         &gated_names,
         max_regression,
@@ -267,11 +249,10 @@ pub async fn check(
     let kernels = if failures.is_empty() {
         Vec::new()
     } else {
-        compare::compare_selectors(
+        compare::compare_runs(
             ctx,
-            store,
-            baseline,
-            candidate,
+            &base_runs,
+            &cand_runs,
             Level::Kernel,
             &[],
             max_regression,
@@ -398,11 +379,7 @@ pub async fn repeat(
         format!("SELECT * FROM {call}")
     };
     let failed = run_sql_text(ctx, &sql, format, false, &mut std::io::stdout()).await;
-    Ok(if failed > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(failed))
 }
 
 pub fn skew_sql(run: &str, format: OutputFormat) -> String {

@@ -34,8 +34,8 @@
 //! ```
 
 use super::profile::{load_profiles, Level, Profile, SUMMARY_METRICS};
-use super::selector::resolve;
-use super::stats::{mann_whitney, median};
+use super::selector::run_names;
+use super::stats::{mann_whitney, median, median_ints};
 use super::{FnArgs, LazyTable};
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -114,9 +114,8 @@ struct SideStats {
     samples: Vec<i64>,
 }
 
-fn median_i64(v: impl Iterator<Item = i64>) -> i64 {
-    let v: Vec<f64> = v.map(|x| x as f64).collect();
-    median(&v).map_or(0, |m| m.round() as i64)
+fn median_i64(v: Vec<i64>) -> i64 {
+    median_ints(v).map_or(0, |m| m.round() as i64)
 }
 
 fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: bool) -> SideStats {
@@ -157,8 +156,8 @@ fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: 
         }
     }
     SideStats {
-        count: median_i64(counts.into_iter()),
-        total: median_i64(totals.into_iter()),
+        count: median_i64(counts),
+        total: median_i64(totals),
         value: median(&values).unwrap_or(0.0),
         samples,
     }
@@ -277,7 +276,7 @@ fn judge(
     row
 }
 
-/// Loads both sides and compares them.
+/// Resolves both selectors and compares their runs.
 pub async fn compare_selectors(
     ctx: &SessionContext,
     store: &Store,
@@ -287,18 +286,22 @@ pub async fn compare_selectors(
     only: &[&str],
     threshold_pct: f64,
 ) -> Result<Vec<Row>> {
-    let runs_a: Vec<String> = resolve(ctx, store, a)
-        .await?
-        .into_iter()
-        .map(|r| r.run)
-        .collect();
-    let runs_b: Vec<String> = resolve(ctx, store, b)
-        .await?
-        .into_iter()
-        .map(|r| r.run)
-        .collect();
-    let pa = load_profiles(ctx, &runs_a, level, only).await?;
-    let pb = load_profiles(ctx, &runs_b, level, only).await?;
+    let runs_a = run_names(ctx, store, a).await?;
+    let runs_b = run_names(ctx, store, b).await?;
+    compare_runs(ctx, &runs_a, &runs_b, level, only, threshold_pct).await
+}
+
+/// Loads the profiles of both sides' runs and compares them.
+pub async fn compare_runs(
+    ctx: &SessionContext,
+    runs_a: &[String],
+    runs_b: &[String],
+    level: Level,
+    only: &[&str],
+    threshold_pct: f64,
+) -> Result<Vec<Row>> {
+    let pa = load_profiles(ctx, runs_a, level, only).await?;
+    let pb = load_profiles(ctx, runs_b, level, only).await?;
     Ok(compare(&pa, &pb, threshold_pct, level == Level::Summary))
 }
 

@@ -49,6 +49,17 @@ pub const SUMMARY_METRICS: &[&str] = &[
 ];
 
 impl Level {
+    /// The name `parse` accepts first.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Kernel => "kernel",
+            Level::Op => "op",
+            Level::Class => "class",
+            Level::Stage => "stage",
+            Level::Summary => "summary",
+        }
+    }
+
     pub fn parse(s: &str) -> std::result::Result<Level, String> {
         Ok(match s.trim().to_ascii_lowercase().as_str() {
             "kernel" | "kernels" | "name" => Level::Kernel,

@@ -11,7 +11,7 @@
 //! ```
 
 use super::profile::{load_profiles, Level, Profile};
-use super::selector::resolve;
+use super::selector::run_names;
 use super::stats::{cv, kendall_tau, mean};
 use super::{FnArgs, LazyTable};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
@@ -166,11 +166,7 @@ impl TableFunctionImpl for RepeatabilityFunction {
             compute: Arc::new(move |ctx: SessionContext| {
                 let (store, selector) = (store.clone(), selector.clone());
                 async move {
-                    let runs: Vec<String> = resolve(&ctx, &store, &selector)
-                        .await?
-                        .into_iter()
-                        .map(|r| r.run)
-                        .collect();
+                    let runs = run_names(&ctx, &store, &selector).await?;
                     let profiles = load_profiles(&ctx, &runs, Level::Kernel, &[]).await?;
                     let (rows, tau) = repeatability(&profiles, n);
                     to_batch(&rows, tau)

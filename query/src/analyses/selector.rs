@@ -23,6 +23,15 @@ pub struct RunInfo {
     pub tags: BTreeMap<String, String>,
 }
 
+/// The names of the runs `selector` names, in [`resolve`]'s order.
+pub async fn run_names(ctx: &SessionContext, store: &Store, selector: &str) -> Result<Vec<String>> {
+    Ok(resolve(ctx, store, selector)
+        .await?
+        .into_iter()
+        .map(|r| r.run)
+        .collect())
+}
+
 /// The runs `selector` names, ordered by capture time (then name).
 pub async fn resolve(ctx: &SessionContext, store: &Store, selector: &str) -> Result<Vec<RunInfo>> {
     let selector = selector.trim();

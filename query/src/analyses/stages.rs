@@ -25,6 +25,7 @@
 
 use super::data::{ranges, steps, walls, Names, OpClass, Timelines};
 use super::intervals::{covered, intersect, length, union};
+use super::stats::median_ints as median;
 use super::{batch, no_checks, Call, Spec};
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -247,17 +248,6 @@ pub struct StepStat {
     pub kernel_time: i64,
     pub top_kernel: Option<String>,
     pub vs_median: Option<f64>,
-}
-
-/// Median of `v` (mean of the two middle values for an even count).
-pub fn median(mut v: Vec<i64>) -> Option<f64> {
-    v.sort_unstable();
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2] as f64),
-        _ => Some((v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0),
-    }
 }
 
 pub async fn load_step_stats(

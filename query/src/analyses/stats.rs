@@ -109,6 +109,17 @@ pub fn median(v: &[f64]) -> Option<f64> {
     }
 }
 
+/// Median of integer values (mean of the two middle values for an even count).
+pub fn median_ints(mut v: Vec<i64>) -> Option<f64> {
+    v.sort_unstable();
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2] as f64),
+        _ => Some((v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0),
+    }
+}
+
 pub fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
