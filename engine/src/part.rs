@@ -6,10 +6,11 @@ use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, RecordBa
 use datafusion::arrow::compute::{self, SortColumn, SortOptions};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
+use datafusion::parquet::schema::types::ColumnPath;
 use datafusion::parquet::file::metadata::SortingColumn;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -68,8 +69,10 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
     Ok(RecordBatch::try_new(schema, sorted)?)
 }
 
-/// Row order by `keys` (ascending, nulls first). Integer keys, the common case, are sorted as
-/// plain tuples, much faster than the generic comparator of `lexsort_to_indices`.
+/// Row order by `keys` (ascending, nulls first). Four integer keys, the common case, are
+/// sorted as packed integers, much faster than the generic comparator of
+/// `lexsort_to_indices`: the first three keys (rank, device, stream: few distinct values) are
+/// numbered in order, and each row becomes `group | has_last | last | row` in one `u128`.
 fn sort_order(keys: &[SortColumn]) -> Result<datafusion::arrow::array::UInt32Array> {
     let ints: Option<Vec<Vec<Option<i64>>>> = keys
         .iter()
@@ -96,14 +99,45 @@ fn sort_order(keys: &[SortColumn]) -> Result<datafusion::arrow::array::UInt32Arr
         return Ok(compute::lexsort_to_indices(keys, None)?);
     };
     let n = ints[0].len();
-    let mut rows: Vec<([Option<i64>; 4], u32)> = (0..n)
-        .map(|i| ([ints[0][i], ints[1][i], ints[2][i], ints[3][i]], i as u32))
+    let prefix = |i: usize| [ints[0][i], ints[1][i], ints[2][i]];
+    // Provisional group ids in order of appearance (rows come in runs of one stream)...
+    let mut ids: HashMap<[Option<i64>; 3], u32> = HashMap::new();
+    let mut group = Vec::with_capacity(n);
+    let mut last: Option<([Option<i64>; 3], u32)> = None;
+    for i in 0..n {
+        let key = prefix(i);
+        let id = match last {
+            Some((k, id)) if k == key => id,
+            _ => {
+                let next = ids.len() as u32;
+                let id = *ids.entry(key).or_insert(next);
+                last = Some((key, id));
+                id
+            }
+        };
+        group.push(id);
+    }
+    // ...renumbered in key order (`None < Some`: nulls first, as the Parquet sorting_columns
+    // declare).
+    let mut distinct: Vec<([Option<i64>; 3], u32)> = ids.into_iter().collect();
+    distinct.sort_unstable();
+    let mut rank_of = vec![0u32; distinct.len()];
+    for (rank, (_, id)) in distinct.iter().enumerate() {
+        rank_of[*id as usize] = rank as u32;
+    }
+    let mut rows: Vec<u128> = (0..n)
+        .map(|i| {
+            let (some, value) = match ints[3][i] {
+                Some(v) => (1u128, (v as u64 ^ (1 << 63)) as u128),
+                None => (0, 0),
+            };
+            (rank_of[group[i] as usize] as u128) << 97 | some << 96 | value << 32 | i as u128
+        })
         .collect();
-    drop(ints);
-    // `None < Some`: nulls first, as the Parquet sorting_columns declare.
+    drop(group);
     rows.sort_unstable();
     Ok(datafusion::arrow::array::UInt32Array::from_iter_values(
-        rows.into_iter().map(|r| r.1),
+        rows.into_iter().map(|r| r as u32),
     ))
 }
 
@@ -157,15 +191,27 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
             nulls_first: true,
         })
         .collect();
-    WriterProperties::builder()
+    let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(1).expect("valid zstd level"),
         ))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_data_page_row_count_limit(20_000)
-        .set_sorting_columns(Some(sorting))
-        .build()
+        .set_sorting_columns(Some(sorting));
+    // Nearly unique columns: a dictionary would only be hashed into and then abandoned.
+    // Timestamps and correlation ids rise within a stream, so their deltas pack into few bits.
+    for name in ["ts", "correlation"] {
+        if schema.index_of(name).is_ok() {
+            props = props
+                .set_column_dictionary_enabled(ColumnPath::from(name), false)
+                .set_column_encoding(ColumnPath::from(name), Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    if schema.index_of("args").is_ok() {
+        props = props.set_column_dictionary_enabled(ColumnPath::from("args"), false);
+    }
+    props.build()
 }
 
 /// Min/max of the table's stat columns.
@@ -312,7 +358,15 @@ mod tests {
                 }
             })
             .collect();
-        let d: Int64Array = (0..n).map(|_| Some(next(50) as i64 - 25)).collect();
+        // The last key with nulls and the extremes of i64 too (packed with a sign flip).
+        let d: Int64Array = (0..n)
+            .map(|_| match next(60) {
+                0 => None,
+                1 => Some(i64::MIN),
+                2 => Some(i64::MAX),
+                v => Some(v as i64 - 30),
+            })
+            .collect();
         let opts = Some(SortOptions {
             descending: false,
             nulls_first: true,

@@ -23,8 +23,12 @@ const TOMBSTONE_GRACE_MS: u64 = 10 * 60 * 1000;
 pub const SMALL_PART_ROWS: u64 = 1 << 20;
 /// Compaction writes parts of at most this many rows.
 pub const COMPACTED_PART_ROWS: u64 = 4 << 20;
-/// A table of a run with more small parts than this is compacted after an append.
+/// A table of a run with more tiny parts than this is compacted after an append.
 pub const AUTO_COMPACT_PARTS: usize = 8;
+/// Parts with fewer rows than this count as the fragments of many small commits (one per step,
+/// say). Ingest writes parts of 256 Ki rows (plus one remainder per file): a large trace is
+/// many parts by design, and rewriting it after every append would double the ingest.
+pub const TINY_PART_ROWS: u64 = 1 << 16;
 
 /// A store opened for reading. Cheap to clone; never blocks on writers.
 #[derive(Debug, Clone)]
@@ -214,6 +218,7 @@ impl StoreWriter {
     ) -> Result<u64> {
         let mut next = self.base.clone();
         let existing = next.runs.remove(run);
+        let appended = existing.is_some() && mode == PutMode::Append;
         if existing.is_some() && mode == PutMode::Create {
             return Err(Error::RunExists(run.to_string()));
         }
@@ -240,7 +245,7 @@ impl StoreWriter {
         entry.files.extend(self.place(run, staged)?);
         next.runs.insert(run.clone(), entry);
         let version = self.commit(next, dropped)?;
-        if mode == PutMode::Append {
+        if appended {
             // The append is committed whatever happens here; a failed compaction only leaves
             // the run fragmented until the next one.
             if let Ok(n) = self.compact_if_fragmented(run) {
@@ -338,8 +343,8 @@ impl StoreWriter {
         Ok(n)
     }
 
-    /// Compacts `run` when it has more than [`AUTO_COMPACT_PARTS`] small parts in a table
-    /// (e.g. after many appends of one step each).
+    /// Compacts `run` when it has more than [`AUTO_COMPACT_PARTS`] parts under
+    /// [`TINY_PART_ROWS`] rows in a table (e.g. after many appends of one step each).
     pub fn compact_if_fragmented(&mut self, run: &RunId) -> Result<usize> {
         let Some(entry) = self.base.runs.get(run) else {
             return Ok(0);
@@ -348,7 +353,7 @@ impl StoreWriter {
             entry
                 .files
                 .iter()
-                .filter(|f| f.table == *t && f.rows < SMALL_PART_ROWS)
+                .filter(|f| f.table == *t && f.rows < TINY_PART_ROWS)
                 .count()
                 > AUTO_COMPACT_PARTS
         });

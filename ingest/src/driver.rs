@@ -421,18 +421,16 @@ fn finish_file(
         .peekable();
     let mut written: Vec<(StagedFile, Facts)> = Vec::new();
     while batches.peek().is_some() {
-        let mut groups: Vec<Vec<RecordBatch>> = Vec::with_capacity(parallel);
+        let mut groups: Vec<Vec<spool::Frame>> = Vec::with_capacity(parallel);
         while groups.len() < parallel {
             let mut group = Vec::new();
             let mut rows = 0;
-            while let Some(next) = batches.next_if(|b| {
-                rows == 0
-                    || b.as_ref()
-                        .map_or(true, |b| rows + b.num_rows() <= PART_ROWS)
+            while let Some(next) = batches.next_if(|f| {
+                rows == 0 || f.as_ref().map_or(true, |f| rows + f.rows() <= PART_ROWS)
             }) {
-                let b = next.map_err(io_error(Path::new("spool")))?;
-                rows += b.num_rows();
-                group.push(b);
+                let f = next.map_err(io_error(Path::new("spool")))?;
+                rows += f.rows();
+                group.push(f);
             }
             if group.is_empty() {
                 break;
@@ -442,10 +440,11 @@ fn finish_file(
         let done = groups
             .into_par_iter()
             .map(|group| -> Result<(StagedFile, Facts), IngestError> {
-                let resolved: Vec<RecordBatch> = group
+                let resolved = group
                     .iter()
-                    .map(|b| resolver.resolve(b, rank, time_base_ns))
-                    .collect();
+                    .map(|f| Ok(resolver.resolve(&f.decode()?, rank, time_base_ns)))
+                    .collect::<std::io::Result<Vec<RecordBatch>>>()
+                    .map_err(io_error(Path::new("spool")))?;
                 drop(group);
                 let facts = Facts::of(&resolved, host_span);
                 Ok((writer.write_part(TableKind::Events, resolved)?, facts))

@@ -45,18 +45,52 @@ impl Scalar<'_> {
     }
 }
 
+#[derive(Clone, Copy)]
 pub struct Cursor<'a> {
     pub buf: &'a [u8],
     pub pos: usize,
+    /// `buf` as text, when it is known to be UTF-8: strings are then sliced out of it instead
+    /// of being validated one by one (a slice between two ASCII quotes of valid UTF-8 is valid).
+    text: Option<&'a str>,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(buf: &'a [u8]) -> Cursor<'a> {
-        Cursor { buf, pos: 0 }
+        Cursor::at(buf, 0)
     }
 
     pub fn at(buf: &'a [u8], pos: usize) -> Cursor<'a> {
-        Cursor { buf, pos }
+        Cursor {
+            buf,
+            pos,
+            text: None,
+        }
+    }
+
+    /// A cursor over text already validated as UTF-8 (once per block rather than per string).
+    pub fn at_text(text: &'a str, pos: usize) -> Cursor<'a> {
+        Cursor {
+            buf: text.as_bytes(),
+            pos,
+            text: Some(text),
+        }
+    }
+
+    /// A cursor over `buf[..end]` at `pos`, keeping what is known of the text.
+    pub fn sub(&self, end: usize, pos: usize) -> Cursor<'a> {
+        Cursor {
+            buf: &self.buf[..end],
+            pos,
+            text: self.text.map(|t| &t[..end]),
+        }
+    }
+
+    /// `buf[a..b]` as text; `None` if it is not UTF-8.
+    pub fn text_of(&self, a: usize, b: usize) -> Option<&'a str> {
+        match self.text {
+            Some(t) => t.get(a..b),
+            None => std::str::from_utf8(&self.buf[a..b]).ok(),
+        }
     }
 
     pub fn error<T>(&self, message: impl Into<String>) -> Result<T> {
@@ -110,9 +144,9 @@ impl<'a> Cursor<'a> {
         };
         if rest[rel] == b'"' {
             self.pos = start + rel + 1;
-            return match std::str::from_utf8(&rest[..rel]) {
-                Ok(s) => Ok(Cow::Borrowed(s)),
-                Err(_) => Ok(Cow::Owned(
+            return match self.text_of(start, start + rel) {
+                Some(s) => Ok(Cow::Borrowed(s)),
+                None => Ok(Cow::Owned(
                     String::from_utf8_lossy(&rest[..rel]).into_owned(),
                 )),
             };
@@ -206,7 +240,7 @@ impl<'a> Cursor<'a> {
             return self.error("expected a number");
         }
         // Only ASCII digits and signs were consumed.
-        Ok(std::str::from_utf8(&self.buf[start..self.pos]).expect("ascii"))
+        Ok(self.text_of(start, self.pos).expect("ascii"))
     }
 
     fn literal(&mut self, word: &[u8]) -> Result<()> {
@@ -283,7 +317,7 @@ impl<'a> Cursor<'a> {
                 object: false,
             } => {
                 let mut out = [None; 3];
-                let mut inner = Cursor::at(&self.buf[..end], start + 1);
+                let mut inner = self.sub(end, start + 1);
                 let mut i = 0;
                 loop {
                     match inner.peek() {

@@ -18,6 +18,7 @@ use crate::events::{
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
 use crate::trace::{EventSink, ParsedTrace, TraceError};
+use datafusion::arrow::array::RecordBatch;
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -58,17 +59,27 @@ pub fn parse_into(
     let mut outcome: Result<(), TraceError> = Ok(());
     std::thread::scope(|scope| {
         let splitter = scope.spawn(move || split_stream(reader, tx, progress));
-        // Parse blocks as they arrive; sub-blocks of one block run in parallel.
-        for block in rx.iter() {
-            if outcome.is_err() {
-                continue; // drain so the splitter can finish
+        // Parse blocks as they arrive (sub-blocks of one block in parallel) while this thread
+        // keeps the previous block's events: the sink (spilling) overlaps with parsing.
+        let (parsed_tx, parsed_rx) = mpsc::sync_channel::<(u64, Result<Vec<ParsedPart>, TraceError>)>(1);
+        scope.spawn(move || {
+            let mut failed = false;
+            for block in rx.iter() {
+                if failed {
+                    continue; // drain so the splitter can finish
+                }
+                let parsed = parse_block(&block);
+                let error = parsed.is_err();
+                failed = parsed_tx.send((block.offset, parsed)).is_err() || error;
             }
-            match parse_block(&block) {
-                Ok(outs) => {
-                    for out in outs {
-                        if let Err(e) = trace.absorb(out, sink) {
+        });
+        for (offset, parsed) in parsed_rx {
+            match parsed {
+                Ok(parts) => {
+                    for part in parts {
+                        if let Err(e) = trace.absorb(part, sink) {
                             outcome = Err(TraceError::at_byte(
-                                block.offset,
+                                offset,
                                 None,
                                 format!("cannot keep the parsed events: {e}"),
                             ));
@@ -77,6 +88,9 @@ pub fn parse_into(
                     }
                 }
                 Err(e) => outcome = Err(e),
+            }
+            if outcome.is_err() {
+                break; // dropping the receiver stops the parser, which drains the splitter
             }
         }
         match splitter.join() {
@@ -136,12 +150,12 @@ pub fn parse_into(
 }
 
 impl ParsedTrace {
-    fn absorb(&mut self, out: BlockOut, sink: &mut EventSink<'_>) -> std::io::Result<()> {
-        if !out.events.is_empty() {
-            sink(out.events.finish())?;
+    fn absorb(&mut self, out: ParsedPart, sink: &mut EventSink<'_>) -> std::io::Result<()> {
+        if let Some(events) = out.events {
+            sink(events)?;
         }
-        if !out.counters.is_empty() {
-            self.counters.push(out.counters.finish());
+        if let Some(counters) = out.counters {
+            self.counters.push(counters);
         }
         self.host.absorb(out.host);
         for (k, v) in out.warnings {
@@ -157,7 +171,8 @@ impl ParsedTrace {
 
 /// A run of whole events: `ranges` index into `bytes`; `offset` is the stream offset of `bytes[0]`.
 struct Block {
-    bytes: Vec<u8>,
+    /// The events' text: a `String` when it is UTF-8 (checked once here, not per string).
+    bytes: Result<String, Vec<u8>>,
     ranges: Vec<(usize, usize)>,
     offset: u64,
     first_event: u64,
@@ -415,7 +430,7 @@ fn send_block(
         return;
     };
     let block = Block {
-        bytes: s.buf[start..end].to_vec(),
+        bytes: String::from_utf8(s.buf[start..end].to_vec()).map_err(|e| e.into_bytes()),
         ranges: ranges
             .drain(..)
             .map(|(a, b)| (a - start, b - start))
@@ -441,7 +456,34 @@ struct BlockOut {
     n_missing_dur: u64,
 }
 
-fn parse_block(block: &Block) -> Result<Vec<BlockOut>, TraceError> {
+/// A [`BlockOut`] with its columns finished (in the parse task, in parallel).
+struct ParsedPart {
+    events: Option<RecordBatch>,
+    counters: Option<RecordBatch>,
+    host: HostStructure,
+    warnings: BTreeMap<&'static str, u64>,
+    n_events: u64,
+    n_kernels: u64,
+    n_complete: u64,
+    n_missing_dur: u64,
+}
+
+impl From<BlockOut> for ParsedPart {
+    fn from(out: BlockOut) -> ParsedPart {
+        ParsedPart {
+            events: (!out.events.is_empty()).then(|| out.events.finish()),
+            counters: (!out.counters.is_empty()).then(|| out.counters.finish()),
+            host: out.host,
+            warnings: out.warnings,
+            n_events: out.n_events,
+            n_kernels: out.n_kernels,
+            n_complete: out.n_complete,
+            n_missing_dur: out.n_missing_dur,
+        }
+    }
+}
+
+fn parse_block(block: &Block) -> Result<Vec<ParsedPart>, TraceError> {
     let parts = rayon::current_num_threads().max(1) * 2;
     let per = block.ranges.len().div_ceil(parts).max(256);
     block
@@ -455,11 +497,15 @@ fn parse_block(block: &Block) -> Result<Vec<BlockOut>, TraceError> {
             };
             for (j, &(a, b)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
-                parse_event(&block.bytes[..b], a, &mut out).map_err(|e| {
+                let event = match &block.bytes {
+                    Ok(text) => Cursor::at_text(&text[..b], a),
+                    Err(bytes) => Cursor::at(&bytes[..b], a),
+                };
+                parse_event(event, &mut out).map_err(|e| {
                     TraceError::at_byte(block.offset + e.offset as u64, Some(index), e.message)
                 })?;
             }
-            Ok(out)
+            Ok(ParsedPart::from(out))
         })
         .collect()
 }
@@ -559,8 +605,8 @@ fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
 
 const HOUR_NS: i64 = 3_600_000_000_000;
 
-fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()> {
-    let mut c = Cursor::at(buf, start);
+fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
+    let mut c = event;
     let mut ph: Option<Cow<str>> = None;
     let mut cat: Option<Cow<str>> = None;
     let mut name: Option<Cow<str>> = None;
@@ -617,7 +663,7 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
         "i" | "I" | "n" => Kind::Instant,
         "C" => {
             if let (Some(ts), Some((a, b))) = (ts, args) {
-                counter_event(&buf[..b], a, &name, pid.int(), ts, out)?;
+                counter_event(event.sub(b, a), &name, pid.int(), ts, out)?;
             }
             return Ok(());
         }
@@ -666,7 +712,7 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
     let needs_args = kind.is_gpu() || kind.is_launch() || kind == Kind::Instant;
     let mut mem: Option<MemoryInstant> = None;
     if let (true, Some((a, b))) = (needs_args, args) {
-        let mut ac = Cursor::at(&buf[..b], a);
+        let mut ac = event.sub(b, a);
         let mut device_type = None;
         let mut device_id = None;
         let (mut allocated, mut reserved) = (None, None);
@@ -725,7 +771,7 @@ fn parse_event(buf: &[u8], start: usize, out: &mut BlockOut) -> json::Result<()>
         e.device = e.device.or(e.pid.map(|p| p as i32));
         e.stream = e.stream.or(e.tid);
     }
-    let raw_args = args.map(|(a, b)| std::str::from_utf8(&buf[a..b]).unwrap_or("{}"));
+    let raw_args = args.map(|(a, b)| event.text_of(a, b).unwrap_or("{}"));
     let args_text: Option<Cow<str>> = match (pid.original_text(), tid.original_text(), raw_args) {
         (None, None, raw) => raw.map(Cow::Borrowed),
         (p, t, raw) => Some(Cow::Owned(with_original_ids(p, t, raw))),
@@ -834,15 +880,14 @@ fn expect_str<'a>(c: &mut Cursor<'a>, key: &str) -> json::Result<Cow<'a, str>> {
 
 /// `ph: "C"` counter events: one counter row per numeric arg.
 fn counter_event(
-    buf: &[u8],
-    start: usize,
+    mut args: Cursor<'_>,
     name: &str,
     pid: Option<i64>,
     ts: i64,
     out: &mut BlockOut,
 ) -> json::Result<()> {
     let mut values: Vec<(String, f64)> = Vec::new();
-    Cursor::at(buf, start).object(|key, c| {
+    args.object(|key, c| {
         if let Some(v) = scalar_f64(&c.value()?) {
             values.push((key.to_string(), v));
         }

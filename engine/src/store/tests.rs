@@ -328,3 +328,44 @@ fn many_small_appends_are_compacted_without_changing_the_rows() {
         Err(Error::UnknownRun(_))
     ));
 }
+
+#[test]
+fn a_new_run_and_appends_of_large_parts_are_not_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let r = run("big");
+    // A large trace arrives as many parts in its first commit: that layout is kept.
+    let mut w = store.writer().unwrap();
+    let staged = (0..AUTO_COMPACT_PARTS as i64 + 3)
+        .map(|i| {
+            w.write_part(TableKind::Counters, vec![counters(50, 1000 * i)])
+                .unwrap()
+        })
+        .collect();
+    let v = w
+        .put_run(&r, meta("first"), staged, PutMode::Append)
+        .unwrap();
+    drop(w);
+    assert_eq!(v, store.manifest().unwrap().version, "one commit, no compaction");
+    assert_eq!(
+        store.manifest().unwrap().runs[&r].files.len(),
+        AUTO_COMPACT_PARTS + 3
+    );
+    // Appending parts of at least TINY_PART_ROWS rows does not make the run fragmented.
+    let other = run("other");
+    for i in 0..AUTO_COMPACT_PARTS as i64 + 1 {
+        let mut w = store.writer().unwrap();
+        let staged = w
+            .write_part(
+                TableKind::Counters,
+                vec![counters(TINY_PART_ROWS as usize, 1 << (20 + i))],
+            )
+            .unwrap();
+        w.put_run(&other, meta(&format!("o{i}")), vec![staged], PutMode::Append)
+            .unwrap();
+    }
+    assert_eq!(
+        store.manifest().unwrap().runs[&other].files.len(),
+        AUTO_COMPACT_PARTS + 1
+    );
+}
