@@ -11,7 +11,21 @@ mod repl;
 use clap::Parser;
 use std::process::ExitCode;
 
+/// glibc gives threads that contend for the allocator arenas of their own (up to 8 per core);
+/// ingest moves large buffers between several threads, and the free memory left in extra
+/// arenas counts as resident: on a 6 GB trace about 90 MB of the peak. Two arenas cost no
+/// measurable speed.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it is called before any other thread
+    // exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = args::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -425,9 +425,9 @@ fn finish_file(
         while groups.len() < parallel {
             let mut group = Vec::new();
             let mut rows = 0;
-            while let Some(next) = batches.next_if(|f| {
-                rows == 0 || f.as_ref().map_or(true, |f| rows + f.rows() <= PART_ROWS)
-            }) {
+            while let Some(next) = batches
+                .next_if(|f| rows == 0 || f.as_ref().map_or(true, |f| rows + f.rows() <= PART_ROWS))
+            {
                 let f = next.map_err(io_error(Path::new("spool")))?;
                 rows += f.rows();
                 group.push(f);

@@ -61,7 +61,8 @@ pub fn parse_into(
         let splitter = scope.spawn(move || split_stream(reader, tx, progress));
         // Parse blocks as they arrive (sub-blocks of one block in parallel) while this thread
         // keeps the previous block's events: the sink (spilling) overlaps with parsing.
-        let (parsed_tx, parsed_rx) = mpsc::sync_channel::<(u64, Result<Vec<ParsedPart>, TraceError>)>(1);
+        let (parsed_tx, parsed_rx) =
+            mpsc::sync_channel::<(u64, Result<Vec<ParsedPart>, TraceError>)>(1);
         scope.spawn(move || {
             let mut failed = false;
             for block in rx.iter() {

@@ -9,6 +9,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int32Array, Int64Array, Int64Builder, RecordBatch, StringBuilder,
 };
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -86,7 +87,8 @@ impl Resolver {
             correlation_per_process: per_process,
             ..
         } = host;
-        intervals.sort_unstable_by_key(|iv| iv.order_key());
+        // Millions of entries, sorted while nothing else runs: in parallel.
+        intervals.par_sort_unstable_by_key(|iv| iv.order_key());
         intervals.shrink_to_fit();
         let mut parents = Vec::with_capacity(intervals.len());
         let mut threads = vec![(0..0, 0..0); thread_ids.len()];
@@ -110,10 +112,10 @@ impl Resolver {
         }
         // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
         let pid_of = |l: &Launch| per_process.then(|| thread_ids.keys()[l.thread as usize].0);
-        launches.sort_by_key(|l| (l.correlation, pid_of(l)));
+        launches.par_sort_by_key(|l| (l.correlation, pid_of(l)));
         launches.dedup_by_key(|l| (l.correlation, pid_of(l)));
         launches.shrink_to_fit();
-        steps.sort_unstable();
+        steps.par_sort_unstable();
         Resolver {
             names: names.names().to_vec(),
             thread_ids,

@@ -12,12 +12,15 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::ipc::reader::StreamDecoder;
 use datafusion::arrow::ipc::writer::StreamWriter;
+use rayon::prelude::*;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 
-/// Default budget of frame (compressed) bytes held in memory.
-pub const DEFAULT_BUDGET: usize = 256 << 20;
+/// Default budget of frame (compressed) bytes held in memory: about 400 MB of parsed events.
+/// Spilling frames is cheap (they are small); memory is kept for the attribution index, which
+/// grows with the trace.
+pub const DEFAULT_BUDGET: usize = 64 << 20;
 /// zstd level of the frames: a fast negative level (about 6x on parsed Kineto events, against
 /// 11x at level 1 for a third more time); the frames live for one ingest.
 const LEVEL: i32 = -5;
@@ -98,8 +101,14 @@ impl Frame {
     }
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
 pub struct Spool {
     budget: usize,
+    /// Encoder threads, started with the first batch.
+    pool: Option<rayon::ThreadPool>,
     /// Batches waiting to be encoded together.
     pending: Vec<RecordBatch>,
     memory: Vec<Frame>,
@@ -113,6 +122,7 @@ impl Spool {
     pub fn new(path: PathBuf, budget: usize) -> Spool {
         Spool {
             budget,
+            pool: None,
             pending: Vec::new(),
             memory: Vec::new(),
             memory_bytes: 0,
@@ -125,34 +135,40 @@ impl Spool {
     pub fn push(&mut self, batch: RecordBatch) -> io::Result<()> {
         self.rows += batch.num_rows();
         self.pending.push(batch);
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        if self.pending.len() >= cores.max(2) {
+        if self.pending.len() >= cores() {
             self.encode_pending()?;
         }
         Ok(())
     }
 
-    /// Encodes the pending batches on threads of their own, not on rayon's pool: adapters
-    /// may push from a thread whose rayon tasks are blocked on a full channel.
+    /// Encodes the pending batches in parallel on the spool's own threads, not on rayon's
+    /// global pool: adapters may push from a thread whose global-pool tasks are blocked on a
+    /// full channel. The threads live as long as the spool (short-lived threads would each
+    /// get a malloc arena of their own, and the arenas' free memory counts as resident).
     fn encode_pending(&mut self) -> io::Result<()> {
         let pending = std::mem::take(&mut self.pending);
-        let Some((first, rest)) = pending.split_first() else {
+        if pending.is_empty() {
             return Ok(());
-        };
-        let frames: Vec<io::Result<Frame>> = std::thread::scope(|scope| {
-            let others: Vec<_> = rest
-                .iter()
-                .map(|b| scope.spawn(move || Frame::encode(b)))
-                .collect();
-            let mut frames = vec![Frame::encode(first)];
-            frames.extend(others.into_iter().map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("spool encoder panicked")))
-            }));
-            frames
-        });
+        }
+        if self.pool.is_none() {
+            self.pool = Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(cores())
+                    .thread_name(|i| format!("gpuq-spool-{i}"))
+                    .build()
+                    .map_err(other)?,
+            );
+        }
+        let pool = self.pool.as_ref().expect("built above");
+        let frames = pool.install(|| {
+            pending
+                .par_iter()
+                .map(Frame::encode)
+                .collect::<io::Result<Vec<_>>>()
+        })?;
+        drop(pending);
         for frame in frames {
-            self.keep(frame?)?;
+            self.keep(frame)?;
         }
         Ok(())
     }

@@ -346,7 +346,11 @@ fn a_new_run_and_appends_of_large_parts_are_not_compacted() {
         .put_run(&r, meta("first"), staged, PutMode::Append)
         .unwrap();
     drop(w);
-    assert_eq!(v, store.manifest().unwrap().version, "one commit, no compaction");
+    assert_eq!(
+        v,
+        store.manifest().unwrap().version,
+        "one commit, no compaction"
+    );
     assert_eq!(
         store.manifest().unwrap().runs[&r].files.len(),
         AUTO_COMPACT_PARTS + 3
@@ -361,8 +365,13 @@ fn a_new_run_and_appends_of_large_parts_are_not_compacted() {
                 vec![counters(TINY_PART_ROWS as usize, 1 << (20 + i))],
             )
             .unwrap();
-        w.put_run(&other, meta(&format!("o{i}")), vec![staged], PutMode::Append)
-            .unwrap();
+        w.put_run(
+            &other,
+            meta(&format!("o{i}")),
+            vec![staged],
+            PutMode::Append,
+        )
+        .unwrap();
     }
     assert_eq!(
         store.manifest().unwrap().runs[&other].files.len(),
