@@ -158,6 +158,7 @@ impl ParsedTrace {
         if let Some(counters) = out.counters {
             self.counters.push(counters);
         }
+        let out = out.tally;
         self.host.absorb(out.host);
         for (k, v) in out.warnings {
             *self.warnings.entry(k.to_string()).or_default() += v;
@@ -457,29 +458,22 @@ struct BlockOut {
     n_missing_dur: u64,
 }
 
-/// A [`BlockOut`] with its columns finished (in the parse task, in parallel).
+/// A [`BlockOut`] with its columns finished (in the parse task, in parallel); `tally` keeps
+/// the rest, its columns left empty.
 struct ParsedPart {
     events: Option<RecordBatch>,
     counters: Option<RecordBatch>,
-    host: HostStructure,
-    warnings: BTreeMap<&'static str, u64>,
-    n_events: u64,
-    n_kernels: u64,
-    n_complete: u64,
-    n_missing_dur: u64,
+    tally: BlockOut,
 }
 
 impl From<BlockOut> for ParsedPart {
-    fn from(out: BlockOut) -> ParsedPart {
+    fn from(mut out: BlockOut) -> ParsedPart {
+        let events = std::mem::take(&mut out.events);
+        let counters = std::mem::take(&mut out.counters);
         ParsedPart {
-            events: (!out.events.is_empty()).then(|| out.events.finish()),
-            counters: (!out.counters.is_empty()).then(|| out.counters.finish()),
-            host: out.host,
-            warnings: out.warnings,
-            n_events: out.n_events,
-            n_kernels: out.n_kernels,
-            n_complete: out.n_complete,
-            n_missing_dur: out.n_missing_dur,
+            events: (!events.is_empty()).then(|| events.finish()),
+            counters: (!counters.is_empty()).then(|| counters.finish()),
+            tally: out,
         }
     }
 }
