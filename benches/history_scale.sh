@@ -124,3 +124,6 @@ timed sh -c "echo '\\q' | '$GPUQ' --store '$STORE' sql"
 say "6. gpuq check (median of the main runs vs the last run, wall)"
 timed "$GPUQ" --store "$STORE" check --baseline "tags['branch'] = 'main'" --candidate "$b"
 "$GPUQ" --store "$STORE" check --baseline "tags['branch'] = 'main'" --candidate "$b" --max-regression 1% | tail -12
+rc=${PIPESTATUS[0]}
+# The candidate is a run with the slowed-down GEMM: the gate must fail, with exit status 1.
+[ "$rc" = 1 ] || { echo "expected gpuq check to exit 1 (a regression), got $rc" >&2; exit 1; }
