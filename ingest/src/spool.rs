@@ -80,24 +80,21 @@ impl Frame {
         w.write_all(&self.bytes)
     }
 
-    /// The next frame of a spill file; `None` at its end.
-    fn read_from(r: &mut impl Read) -> io::Result<Option<Frame>> {
+    /// The next frame of a spill file (which holds a known number of them: a short file is an
+    /// error, never a silently shorter run).
+    fn read_from(r: &mut impl Read) -> io::Result<Frame> {
         let mut header = [0u8; 24];
-        match r.read_exact(&mut header) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(e),
-        }
+        r.read_exact(&mut header)?;
         let field = |i: usize| {
             u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
         };
         let mut bytes = vec![0u8; field(2)];
         r.read_exact(&mut bytes)?;
-        Ok(Some(Frame {
+        Ok(Frame {
             rows: field(0),
             ipc_len: field(1),
             bytes,
-        }))
+        })
     }
 }
 
@@ -115,6 +112,8 @@ pub struct Spool {
     memory_bytes: usize,
     path: PathBuf,
     file: Option<BufWriter<File>>,
+    /// Frames written to `file`.
+    spilled_frames: usize,
     rows: usize,
 }
 
@@ -128,6 +127,7 @@ impl Spool {
             memory_bytes: 0,
             path,
             file: None,
+            spilled_frames: 0,
             rows: 0,
         }
     }
@@ -183,11 +183,14 @@ impl Spool {
             let mut w = BufWriter::with_capacity(1 << 20, File::create(&self.path)?);
             for f in self.memory.drain(..) {
                 f.write_to(&mut w)?;
+                self.spilled_frames += 1;
             }
             self.memory_bytes = 0;
             self.file = Some(w);
         }
-        frame.write_to(self.file.as_mut().expect("spilling"))
+        frame.write_to(self.file.as_mut().expect("spilling"))?;
+        self.spilled_frames += 1;
+        Ok(())
     }
 
     pub fn rows(&self) -> usize {
@@ -207,15 +210,9 @@ impl Spool {
                 w.into_inner().map_err(|e| e.into_error())?;
                 let mut reader = BufReader::with_capacity(1 << 20, File::open(&self.path)?);
                 let _ = std::fs::remove_file(&self.path);
-                let mut done = false;
-                Ok(Box::new(std::iter::from_fn(move || {
-                    if done {
-                        return None;
-                    }
-                    let next = Frame::read_from(&mut reader).transpose();
-                    done = !matches!(next, Some(Ok(_)));
-                    next
-                })))
+                Ok(Box::new(
+                    (0..self.spilled_frames).map(move |_| Frame::read_from(&mut reader)),
+                ))
             }
         }
     }
@@ -249,6 +246,26 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_short_spill_file_is_an_error() {
+        let frame = Frame::encode(&batch(0, 100, "x")).unwrap();
+        let mut bytes = Vec::new();
+        frame.write_to(&mut bytes).unwrap();
+        let back = Frame::read_from(&mut &bytes[..]).unwrap();
+        assert_eq!(back.decode().unwrap().num_rows(), 100);
+        for cut in [0, 10, 24, bytes.len() - 1] {
+            let err = Frame::read_from(&mut &bytes[..cut])
+                .err()
+                .expect("short file");
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "cut at {cut}");
+        }
+        let mut corrupt = bytes.clone();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        let f = Frame::read_from(&mut &corrupt[..]).unwrap();
+        assert!(f.decode().is_err(), "a damaged frame does not decode");
     }
 
     #[test]
