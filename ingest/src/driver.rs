@@ -574,6 +574,63 @@ impl Facts {
 mod tests {
     use super::*;
 
+    /// Every stored row of a run, in a canonical order, as text.
+    fn stored_rows(store: &Store, run: &str) -> Vec<String> {
+        let manifest = store.manifest().unwrap();
+        let entry = &manifest.runs[&RunId::new(run).unwrap()];
+        let mut rows = Vec::new();
+        for f in entry.files.iter().filter(|f| f.table == TableKind::Events) {
+            let path = store.paths().absolute(&f.path);
+            for b in gpuq_engine::part::read_parquet(&path).unwrap() {
+                let columns: Vec<_> = (0..b.num_columns())
+                    .map(|c| {
+                        datafusion::arrow::util::display::ArrayFormatter::try_new(
+                            b.column(c).as_ref(),
+                            &Default::default(),
+                        )
+                        .unwrap()
+                    })
+                    .collect();
+                for i in 0..b.num_rows() {
+                    let row: Vec<String> = columns.iter().map(|c| c.value(i).to_string()).collect();
+                    rows.push(row.join("|"));
+                }
+            }
+        }
+        rows.sort_unstable();
+        rows
+    }
+
+    #[test]
+    fn a_spilled_spool_stores_the_same_rows_as_one_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("t.json");
+        let cfg = crate::synth::SynthConfig {
+            steps: 6,
+            ..crate::synth::SynthConfig::small()
+        };
+        crate::synth::write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
+        // Two stores: the same file twice in one store would be skipped as already stored.
+        let mut rows = Vec::new();
+        for (store_dir, budget) in [("memory", None), ("spilled", Some(0))] {
+            let store = Store::open(dir.path().join(store_dir)).unwrap();
+            let opts = IngestOptions {
+                run: Some(RunId::new("r").unwrap()),
+                spool_budget: budget,
+                ..Default::default()
+            };
+            ingest(&store, std::slice::from_ref(&trace), &opts, &NoProgress).unwrap();
+            rows.push(stored_rows(&store, "r"));
+            // Nothing is left in the staging area.
+            let staging = std::fs::read_dir(dir.path().join(store_dir).join("_staging"))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            assert_eq!(staging, 0, "{store_dir}");
+        }
+        assert!(rows[0].len() > 100, "{} rows", rows[0].len());
+        assert_eq!(rows[0], rows[1]);
+    }
+
     #[test]
     fn gpu_events_far_outside_the_host_span_are_counted_as_warnings() {
         let dir = tempfile::tempdir().unwrap();
