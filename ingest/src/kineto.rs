@@ -25,10 +25,14 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::mpsc;
 
-/// Bytes of event text handed to one parse task.
-const BLOCK_BYTES: usize = 4 << 20;
-/// Bytes read from the source at a time.
-const READ_BYTES: usize = 8 << 20;
+/// Bytes read from the source at a time. A block of events is normally one read buffer,
+/// handed over to the parser without copying it.
+const READ_BYTES: usize = 4 << 20;
+/// A buffer that grew past this (a long value outside `traceEvents`) is cut into blocks of
+/// this size by copying.
+const BLOCK_BYTES: usize = 2 * READ_BYTES;
+/// Spare read buffers returned by the parser for reuse (no fresh pages to fault in).
+const SPARE_BUFFERS: usize = 3;
 
 /// Parses a Kineto trace from `reader`. `progress` is called with the number of bytes read so far.
 pub fn parse(
@@ -51,6 +55,7 @@ pub fn parse_into(
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
     let (tx, rx) = mpsc::sync_channel::<Block>(2);
+    let (spare_tx, spare_rx) = mpsc::sync_channel::<Vec<u8>>(SPARE_BUFFERS);
     let mut trace = ParsedTrace {
         epoch_time: true,
         ..Default::default()
@@ -58,7 +63,7 @@ pub fn parse_into(
     let mut top_level = Vec::new();
     let mut outcome: Result<(), TraceError> = Ok(());
     std::thread::scope(|scope| {
-        let splitter = scope.spawn(move || split_stream(reader, tx, progress));
+        let splitter = scope.spawn(move || split_stream(reader, tx, spare_rx, progress));
         // Parse blocks as they arrive (sub-blocks of one block in parallel) while this thread
         // keeps the previous block's events: the sink (spilling) overlaps with parsing.
         let (parsed_tx, parsed_rx) =
@@ -71,6 +76,10 @@ pub fn parse_into(
                 }
                 let parsed = parse_block(&block);
                 let error = parsed.is_err();
+                let _ = spare_tx.try_send(match block.bytes {
+                    Ok(text) => text.into_bytes(),
+                    Err(bytes) => bytes,
+                });
                 failed = parsed_tx.send((block.offset, parsed)).is_err() || error;
             }
         });
@@ -184,6 +193,8 @@ struct Block {
 struct Stream<R> {
     r: R,
     buf: Vec<u8>,
+    /// Buffers the parser is done with.
+    spare: mpsc::Receiver<Vec<u8>>,
     pos: usize,
     base: u64,
     eof: bool,
@@ -276,11 +287,13 @@ type TopLevel = Vec<(String, Vec<u8>, u64)>;
 fn split_stream(
     reader: impl Read,
     tx: mpsc::SyncSender<Block>,
+    spare: mpsc::Receiver<Vec<u8>>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<TopLevel, TraceError> {
     let mut s = Stream {
         r: reader,
         buf: Vec::new(),
+        spare,
         pos: 0,
         base: 0,
         eof: false,
@@ -372,7 +385,7 @@ fn split_events(
         match b {
             Some(b']') => {
                 s.pos += 1;
-                send_block(s, tx, &mut ranges, next_event);
+                hand_over(s, tx, &mut ranges, next_event);
                 return Ok(());
             }
             Some(b',') if expect_comma => {
@@ -409,7 +422,7 @@ fn split_events(
             None => {}
         }
         // The buffer ends inside an event: hand over the complete ones, then read on.
-        send_block(s, tx, &mut ranges, next_event);
+        hand_over(s, tx, &mut ranges, next_event);
         progress(s.read_total);
         let keep = s.pos;
         if !s.fill(keep)? {
@@ -441,6 +454,41 @@ fn send_block(
         first_event: *next_event,
     };
     *next_event += block.ranges.len() as u64;
+    // The receiver only goes away after an error, which is reported there.
+    let _ = tx.send(block);
+}
+
+/// Sends the events of `ranges` with the read buffer itself as the block's text; the rest of
+/// the buffer (from `s.pos`) moves to a fresh or spare buffer.
+fn hand_over(
+    s: &mut Stream<impl Read>,
+    tx: &mpsc::SyncSender<Block>,
+    ranges: &mut Vec<(usize, usize)>,
+    next_event: &mut u64,
+) {
+    let (Some(&(start, _)), Some(&(_, end))) = (ranges.first(), ranges.last()) else {
+        return;
+    };
+    let rest = s.buf.len() - s.pos;
+    let mut next = s.spare.try_recv().unwrap_or_default();
+    next.clear();
+    // Room for the rest and a whole read, so that reading never reallocates.
+    next.reserve(READ_BYTES.max(rest) * 2);
+    next.extend_from_slice(&s.buf[s.pos..]);
+    let mut bytes = std::mem::replace(&mut s.buf, next);
+    bytes.truncate(end);
+    // What precedes the first event (a comma, or the top-level keys before `traceEvents`) is
+    // never parsed; blank it so that it cannot make the block fail the UTF-8 check.
+    bytes[..start].fill(b' ');
+    let block = Block {
+        bytes: String::from_utf8(bytes).map_err(|e| e.into_bytes()),
+        ranges: std::mem::take(ranges),
+        offset: s.base,
+        first_event: *next_event,
+    };
+    *next_event += block.ranges.len() as u64;
+    s.base += s.pos as u64;
+    s.pos = 0;
     // The receiver only goes away after an error, which is reported there.
     let _ = tx.send(block);
 }
