@@ -622,7 +622,7 @@ mod tests {
             ingest(&store, std::slice::from_ref(&trace), &opts, &NoProgress).unwrap();
             rows.push(stored_rows(&store, "r"));
             // Nothing is left in the staging area.
-            let staging = std::fs::read_dir(dir.path().join(store_dir).join("_staging"))
+            let staging = std::fs::read_dir(store.paths().staging_dir())
                 .map(|d| d.count())
                 .unwrap_or(0);
             assert_eq!(staging, 0, "{store_dir}");

@@ -25,12 +25,9 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::mpsc;
 
-/// Bytes read from the source at a time. A block of events is normally one read buffer,
-/// handed over to the parser without copying it.
+/// Bytes read from the source at a time. A block of events is one read buffer, handed over to
+/// the parser without copying it: at most this plus the one event that straddled the last read.
 const READ_BYTES: usize = 4 << 20;
-/// A buffer that grew past this (a long value outside `traceEvents`) is cut into blocks of
-/// this size by copying.
-const BLOCK_BYTES: usize = 2 * READ_BYTES;
 /// Spare read buffers returned by the parser for reuse (no fresh pages to fault in).
 const SPARE_BUFFERS: usize = 3;
 
@@ -398,9 +395,6 @@ fn split_events(
                     ranges.push((s.pos, end));
                     s.pos = end;
                     expect_comma = true;
-                    if end - ranges[0].0 >= BLOCK_BYTES {
-                        send_block(s, tx, &mut ranges, next_event);
-                    }
                     continue;
                 }
             }
@@ -433,29 +427,6 @@ fn split_events(
             ));
         }
     }
-}
-
-fn send_block(
-    s: &Stream<impl Read>,
-    tx: &mpsc::SyncSender<Block>,
-    ranges: &mut Vec<(usize, usize)>,
-    next_event: &mut u64,
-) {
-    let (Some(&(start, _)), Some(&(_, end))) = (ranges.first(), ranges.last()) else {
-        return;
-    };
-    let block = Block {
-        bytes: String::from_utf8(s.buf[start..end].to_vec()).map_err(|e| e.into_bytes()),
-        ranges: ranges
-            .drain(..)
-            .map(|(a, b)| (a - start, b - start))
-            .collect(),
-        offset: s.base + start as u64,
-        first_event: *next_event,
-    };
-    *next_event += block.ranges.len() as u64;
-    // The receiver only goes away after an error, which is reported there.
-    let _ = tx.send(block);
 }
 
 /// Sends the events of `ranges` with the read buffer itself as the block's text; the rest of
