@@ -546,6 +546,32 @@ fn generate_nsys(path: &Path) {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// The export is hashed on a thread of its own while it is parsed; that hash must be the
+/// whole file's, or a second ingest of the same export would not be recognised.
+#[test]
+fn reingesting_a_stored_nsys_export_is_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_nsys_run(dir.path());
+    let nsys = dir.path().join("r.sqlite");
+    let before = snapshot(&store);
+    let o = gpuq(&store, &["ingest", nsys.to_str().unwrap(), "--run", "other"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("already stored in run r"), "{}", stdout(&o));
+    assert_eq!(snapshot(&store), before);
+    // A copy with one byte more is a different file: it is ingested.
+    let grown = dir.path().join("grown.sqlite");
+    let mut bytes = std::fs::read(&nsys).unwrap();
+    bytes.push(0);
+    std::fs::write(&grown, bytes).unwrap();
+    let o = gpuq(&store, &["ingest", "-q", grown.to_str().unwrap(), "--run", "grown"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let runs = stdout(&gpuq(
+        &store,
+        &["query", "--format", "csv", "SELECT run FROM runs ORDER BY run"],
+    ));
+    assert_eq!(runs.lines().collect::<Vec<_>>(), ["run", "grown", "r"], "{runs}");
+}
+
 /// A store under `dir` holding the small generated Nsight Systems export as run `r`.
 fn store_with_nsys_run(dir: &Path) -> PathBuf {
     let store = dir.join("store");

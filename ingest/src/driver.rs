@@ -248,10 +248,26 @@ fn ingest_run(
             writer.scratch_path(&format!("spool-{position}.arrows")),
             opts.spool_budget.unwrap_or(spool::DEFAULT_BUDGET),
         );
-        let parsed = parse_source(src, opts, progress, &mut spool)?;
+        // Adapters that open their files themselves (SQLite, CSV directories) do not stream
+        // the bytes past the hasher: hash those files on a thread of their own meanwhile,
+        // instead of reading them once more afterwards (1.5 s for a 1 GB export).
+        let reads_itself = matches!(src.format, Format::Nsys | Format::Rocprof);
+        let (parsed, hash) = std::thread::scope(|scope| {
+            let early_hash = reads_itself.then(|| scope.spawn(|| src.hash()));
+            let parsed = parse_source(src, opts, progress, &mut spool);
+            let hash = match early_hash {
+                Some(h) => h.join().unwrap_or_else(|_| {
+                    Err(std::io::Error::other("the hashing thread panicked"))
+                }),
+                // Streamed through the reader: the hash is ready once the parse is done.
+                None => Ok(String::new()),
+            };
+            (parsed, hash)
+        });
+        let parsed = parsed?;
         progress.finish_file();
         // Equal content implies equal size, so the check above caught every stored duplicate.
-        let hash = src.hash().map_err(io_error(&src.path))?;
+        let hash = if reads_itself { hash } else { src.hash() }.map_err(io_error(&src.path))?;
         formats.insert(src.format);
         if epoch_time.is_some_and(|e| e != parsed.epoch_time) {
             *meta
