@@ -5,13 +5,21 @@ pub fn union(iv: impl IntoIterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
     let mut v: Vec<(i64, i64)> = iv.into_iter().filter(|&(s, e)| e >= s).collect();
     v.sort_unstable();
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
-    for (s, e) in v {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
+    for next in v {
+        push_coalesced(&mut out, next);
     }
     out
+}
+
+/// Appends `next` to a union being built from intervals in start order: it extends the last
+/// interval when it overlaps or touches it. The one merge step of every union in gpuq (here
+/// and in the `busy_time` / `idle_ratio` accumulators).
+#[inline]
+pub(crate) fn push_coalesced(out: &mut Vec<(i64, i64)>, next: (i64, i64)) {
+    match out.last_mut() {
+        Some(last) if next.0 <= last.1 => last.1 = last.1.max(next.1),
+        _ => out.push(next),
+    }
 }
 
 /// Total length of a sorted disjoint set.

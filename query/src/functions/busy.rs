@@ -115,14 +115,7 @@ impl IntervalSet {
                 j += 1;
                 tail[j - 1]
             };
-            match merged.last_mut() {
-                Some(last) if next.0 <= last.1 => {
-                    if next.1 > last.1 {
-                        last.1 = next.1;
-                    }
-                }
-                _ => merged.push(next),
-            }
+            crate::analyses::intervals::push_coalesced(&mut merged, next);
         }
         self.runs = merged;
         self.prefix = self.runs.len();
