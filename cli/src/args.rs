@@ -115,6 +115,13 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// GEMM-like operators against the GPU's roofline: achieved TFLOP/s, arithmetic intensity, bound
+    Roofline {
+        /// Run name
+        run: String,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
     /// Macro stages (stage logs, profiler steps, forward/backward/optimizer/dataloader) and per-step statistics
     Stages {
         /// Run name

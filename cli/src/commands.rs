@@ -115,6 +115,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             analysis(&store_path, &run, &sql, format).await
         }
+        Command::Roofline { run, format } => {
+            let sql = analyses::select_sql("roofline", &run, &[]);
+            let sql = if format == OutputFormat::Table {
+                format!(
+                    "SELECT op, dtype, gpu, instances, fmt_dur(kernel_time) AS kernel_time, \
+                     round(tflops, 1) AS tflops, round(intensity, 1) AS flop_per_byte, \
+                     round(ridge, 1) AS ridge, bound, round(pct_of_attainable, 1) AS pct_of_roof \
+                     FROM ({sql})"
+                )
+            } else {
+                sql
+            };
+            analysis(&store_path, &run, &sql, format).await
+        }
         Command::Stages { run, format } => {
             let (stages, steps) = (
                 analyses::select_sql("stages", &run, &[]),

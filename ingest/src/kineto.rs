@@ -569,9 +569,18 @@ fn stable_negative_id(s: &str) -> i64 {
     -((h >> 1) as i64) - 1
 }
 
-fn kind_of(cat: &str) -> Kind {
+/// The canonical kind of a complete (`ph: "X"`) event. Meta's MTIA accelerator reports its
+/// device work as `mtia_ccp_events` (Kineto aliases them to concurrent kernels): DMA transfers
+/// are copies; `event_wait` (a stream waiting on another) and `event_record` are
+/// synchronization, as CUPTI files CUDA's stream waits and event records; everything else is a
+/// kernel.
+fn kind_of(cat: &str, name: &str) -> Kind {
     match cat {
         "kernel" | "Kernel" => Kind::Kernel,
+        "mtia_ccp_events" if name.starts_with("dma") => Kind::Memcpy,
+        "mtia_ccp_events" if matches!(name, "event_wait" | "event_record") => Kind::Sync,
+        "mtia_ccp_events" => Kind::Kernel,
+        "mtia_runtime" => Kind::Runtime,
         "gpu_memcpy" | "Memcpy" | "memcpy" => Kind::Memcpy,
         "gpu_memset" | "Memset" | "memset" => Kind::Memset,
         "cuda_sync" => Kind::Sync,
@@ -596,6 +605,22 @@ fn copy_kind_of(name: &str) -> Option<&'static str> {
         .split(' ')
         .next()?;
     KINDS.iter().find(|k| **k == word).copied()
+}
+
+/// An MTIA DMA `direction` (`DEVICE_TO_HOST`) as a copy kind (`DtoH`).
+fn copy_kind_of_direction(direction: &str) -> Option<&'static str> {
+    let (from, to) = direction.split_once("_TO_")?;
+    let side = |s: &str| match s {
+        "HOST" => Some('H'),
+        "DEVICE" => Some('D'),
+        _ => None,
+    };
+    match (side(from)?, side(to)?) {
+        ('H', 'D') => Some("HtoD"),
+        ('D', 'H') => Some("DtoH"),
+        ('D', 'D') => Some("DtoD"),
+        _ => Some("HtoH"),
+    }
 }
 
 fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
@@ -673,7 +698,7 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
         .unwrap_or(if dur.is_some() { "X" } else { "" });
     let name = name.unwrap_or(Cow::Borrowed(""));
     let kind = match ph {
-        "X" => kind_of(cat.as_deref().unwrap_or("")),
+        "X" => kind_of(cat.as_deref().unwrap_or(""), &name),
         "i" | "I" | "n" => Kind::Instant,
         "C" => {
             if let (Some(ts), Some((a, b))) = (ts, args) {
@@ -731,6 +756,7 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
         let mut device_id = None;
         let (mut allocated, mut reserved) = (None, None);
         let mut rocm_kind: Option<Cow<str>> = None;
+        let mut direction: Option<Cow<str>> = None;
         ac.object(|key, c| {
             match key {
                 "correlation" => e.correlation = scalar_i64(&c.value()?),
@@ -753,6 +779,15 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
                     if let Scalar::Str(s) = c.value()? {
                         rocm_kind = Some(s);
                     }
+                }
+                // MTIA DMA: `"direction": "DEVICE_TO_HOST", "size": 1024`.
+                "direction" if kind == Kind::Memcpy => {
+                    if let Scalar::Str(s) = c.value()? {
+                        direction = Some(s);
+                    }
+                }
+                "size" if kind == Kind::Memcpy => {
+                    e.bytes = e.bytes.or(scalar_i64(&c.value()?));
                 }
                 "Device Type" => device_type = scalar_i64(&c.value()?),
                 "Device Id" => device_id = scalar_i64(&c.value()?),
@@ -777,8 +812,9 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
             });
         }
         if kind == Kind::Memcpy {
-            e.copy_kind =
-                copy_kind_of(&name).or_else(|| rocm_kind.as_deref().and_then(copy_kind_of));
+            e.copy_kind = copy_kind_of(&name)
+                .or_else(|| rocm_kind.as_deref().and_then(copy_kind_of))
+                .or_else(|| direction.as_deref().and_then(copy_kind_of_direction));
         }
     }
     if kind.is_gpu() {

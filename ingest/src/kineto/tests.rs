@@ -199,6 +199,49 @@ fn parses_the_rocm_shape() {
     assert_eq!(ints(&b, "stream")[rt], None, "host events carry no stream");
 }
 
+/// Meta MTIA (shape of HTA's `mtia_inference_trace`): device work in `mtia_ccp_events` on the
+/// device's pid, launches in `mtia_runtime` linked by `correlation`.
+const MTIA: &str = r###"{"schemaVersion": 1, "deviceProperties": [{"id": 17, "name": "ARTEMIS"}], "traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "aten::matmul", "pid": 865, "tid": 1837, "ts": 1000.5, "dur": 40},
+  {"ph": "X", "cat": "mtia_runtime", "name": "launchKernel", "pid": 865, "tid": 1837, "ts": 1001.25, "dur": 6.44, "args": {"correlation": 21600000, "device": 17, "stream_id": "108"}},
+  {"ph": "f", "id": 21600000, "pid": 17, "tid": 3774, "ts": 1050.0, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+  {"ph": "X", "cat": "mtia_ccp_events", "name": "pe_exe", "pid": 17, "tid": 3910, "ts": 1050.125, "dur": 6900.41, "args": {"stream": 112, "column": "0", "row": "0", "correlation": 21600000}},
+  {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 17, "tid": 3672, "ts": 1060.234, "dur": 5.24, "args": {"stream": 105, "direction": "DEVICE_TO_HOST", "size": 1024, "sqid": 8}},
+  {"ph": "X", "cat": "mtia_ccp_events", "name": "event_wait", "pid": 17, "tid": 3774, "ts": 1070.596, "dur": 15863.105, "args": {"stream": 108, "wait_on_stream": 104}}
+]}"###;
+
+#[test]
+fn parses_the_mtia_shape_as_device_work() {
+    let t = parse_str(MTIA).unwrap();
+    assert_eq!(t.kernels, 1);
+    let b = resolved(t);
+    let k = row_of(&b, "pe_exe");
+    assert_eq!(strings(&b, "kind")[k].as_deref(), Some("kernel"));
+    assert_eq!(ints(&b, "device")[k], Some(17));
+    assert_eq!(ints(&b, "stream")[k], Some(112));
+    assert_eq!(ints(&b, "dur")[k], Some(6_900_410));
+    assert_eq!(strings(&b, "op")[k].as_deref(), Some("aten::matmul"));
+    let dma = row_of(&b, "dma_request");
+    assert_eq!(strings(&b, "kind")[dma].as_deref(), Some("memcpy"));
+    assert_eq!(strings(&b, "copy_kind")[dma].as_deref(), Some("DtoH"));
+    assert_eq!(ints(&b, "bytes")[dma], Some(1024));
+    assert_eq!(ints(&b, "stream")[dma], Some(105));
+    let wait = row_of(&b, "event_wait");
+    assert_eq!(strings(&b, "kind")[wait].as_deref(), Some("sync"));
+    assert_eq!(ints(&b, "stream")[wait], Some(108));
+    let launch = row_of(&b, "launchKernel");
+    assert_eq!(strings(&b, "kind")[launch].as_deref(), Some("runtime"));
+    assert_eq!(ints(&b, "stream")[launch], None);
+}
+
+#[test]
+fn mtia_copy_directions() {
+    assert_eq!(copy_kind_of_direction("HOST_TO_DEVICE"), Some("HtoD"));
+    assert_eq!(copy_kind_of_direction("DEVICE_TO_DEVICE"), Some("DtoD"));
+    assert_eq!(copy_kind_of_direction("DEVICE_TO_HOST"), Some("DtoH"));
+    assert_eq!(copy_kind_of_direction("sideways"), None);
+}
+
 #[test]
 fn a_trace_without_kernels_parses() {
     let t = parse_str(r###"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}"###).unwrap();

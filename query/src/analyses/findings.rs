@@ -17,6 +17,7 @@
 //! | `exposed_memcpy` | copies not overlapped by compute or communication ≥ 5 % of busy | `breakdown` |
 //! | `exposed_comm` | communication not hidden by compute ≥ 5 % of busy | `breakdown` |
 //! | `dominant_class` | one kernel class has ≥ 40 % of kernel time; its likely bound by class (always `low`: a hint, not a defect) | `kernel_class` |
+//! | `roofline` | GEMM-like operators with known FLOPs (≥ 10 % of kernel time) run under 70 % of their roof (`min(peak, intensity × bandwidth)`); the bound by arithmetic intensity; impact = the kernel time saved at 70 % (at most `medium`) | `roofline` |
 //! | `slow_steps` | steps over 1.5 × the rank's median step | `step_stats` |
 //!
 //! ```sql
@@ -27,6 +28,7 @@ use super::breakdown;
 use super::data::{collect, ints, ranges, strings, DeviceKey, Host, Names, OpClass, Timelines};
 use super::gaps::device_gaps;
 use super::launch::launches;
+use super::roofline::{self, RooflineRow};
 use super::stages::load_step_stats;
 use super::stats::median_ints as median;
 use super::util::utilisation;
@@ -526,6 +528,10 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
         }
     }
 
+    // GEMM-like operators against their roofline.
+    let roof = roofline::load(ctx, run, &plain, &host).await?;
+    out.extend(roofline_finding(&roof, kernel_total, span));
+
     // Steps much slower than the median.
     let steps = load_step_stats(ctx, run, &plain).await?;
     let slow: Vec<_> = steps
@@ -574,6 +580,79 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
             .cmp(&(severity_rank(b.severity), std::cmp::Reverse(b.impact_ns)))
     });
     Ok(out)
+}
+
+/// Share of the roof a well-tuned GEMM reaches; below it, the difference is time at stake.
+const ROOF_TARGET_PCT: f64 = 70.0;
+
+/// The `roofline` finding: operators with known FLOPs under [`ROOF_TARGET_PCT`] of their roof.
+fn roofline_finding(rows: &[RooflineRow], kernel_total: i64, span: i64) -> Option<Finding> {
+    let rated: Vec<(&RooflineRow, f64, i64)> = rows
+        .iter()
+        .filter_map(|r| {
+            let pct = r.pct_of_attainable?;
+            let lost = r.kernel_time as f64 * (1.0 - pct / ROOF_TARGET_PCT).max(0.0);
+            Some((r, pct, lost.round() as i64))
+        })
+        .collect();
+    let covered: i64 = rated.iter().map(|r| r.0.kernel_time).sum();
+    let impact: i64 = rated.iter().map(|r| r.2).sum();
+    if kernel_total <= 0 || covered * 10 < kernel_total || impact <= 0 {
+        return None;
+    }
+    let mut worst = rated.clone();
+    worst.sort_by_key(|r| std::cmp::Reverse(r.2));
+    let (top, top_pct, _) = worst[0];
+    let label = |r: &RooflineRow| format!("{} ({})", r.op, r.dtype.as_deref().unwrap_or("?"));
+    let evidence = worst
+        .iter()
+        .filter(|r| r.2 > 0)
+        .take(3)
+        .map(|(r, pct, _)| {
+            format!(
+                "{}: {} calls, {}, {:.1} TFLOP/s at {:.0} FLOP/B (ridge {:.0}: {}-bound), \
+                 {pct:.0}% of the attainable {:.0} TFLOP/s",
+                label(r),
+                r.instances,
+                fmt_dur(r.kernel_time),
+                r.tflops,
+                r.intensity.unwrap_or(0.0),
+                r.ridge.unwrap_or(0.0),
+                r.bound.unwrap_or("?"),
+                r.attainable_tflops.unwrap_or(0.0),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let action = if top.bound == Some("memory") {
+        "Memory-bound GEMMs (small or skinny shapes): batch them (bmm, grouped GEMM, \
+         horizontal fusion of projections), fuse them with their neighbours (torch.compile), \
+         or give each step more tokens/rows."
+    } else {
+        "Compute-bound GEMMs far from peak: use tensor-core friendly shapes (dimensions \
+         multiples of 64/128, no odd padding), bf16/fp8 instead of fp32, larger GEMMs per \
+         call, and let the library autotune (torch.compile mode=max-autotune, cuBLASLt)."
+    };
+    let severity = match severity(impact, span) {
+        "high" => "medium",
+        s => s,
+    };
+    Some(Finding {
+        severity,
+        category: "roofline",
+        title: format!(
+            "{} runs at {top_pct:.0}% of its roofline on the {} ({}-bound)",
+            label(top),
+            top.gpu.as_deref().unwrap_or("GPU"),
+            top.bound.unwrap_or("?"),
+        ),
+        evidence: format!(
+            "operators with known FLOPs: {}% of kernel time; {evidence}",
+            pct(covered, kernel_total)
+        ),
+        action: action.to_string(),
+        impact_ns: impact,
+    })
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {

@@ -10,6 +10,7 @@
 //! | `breakdown(run)` | per rank and device | [`breakdown`] |
 //! | `stages(run)`, `step_stats(run)` | per stage / per step | [`stages`] |
 //! | `launch_stats(run)` | per GPU operation | [`launch`] |
+//! | `roofline(run)` | per GEMM-like operator and dtype | [`roofline`] (achieved TFLOP/s, arithmetic intensity, bound) |
 //! | `findings(run)` | per finding | [`findings`] |
 //! | `compare(a, b [, level [, threshold_pct]])` | per kernel / op / class / stage / metric | [`compare`] |
 //! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`trend`] |
@@ -30,6 +31,7 @@ pub(crate) mod intervals;
 pub mod launch;
 pub mod profile;
 pub mod repeatability;
+pub mod roofline;
 pub mod selector;
 pub mod skew;
 pub mod stages;
@@ -109,6 +111,7 @@ pub fn specs() -> Vec<&'static Spec> {
         &stages::STAGES,
         &stages::STEP_STATS,
         &launch::LAUNCH_STATS,
+        &roofline::ROOFLINE,
         &findings::FINDINGS,
         &skew::COLLECTIVE_SKEW,
     ]

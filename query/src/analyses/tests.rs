@@ -372,3 +372,116 @@ async fn bad_calls_are_plan_errors_that_name_the_problem() {
         assert!(err.contains(want), "{sql}: {err}");
     }
 }
+
+/// An H100 trace with shapes: a large bf16 GEMM (compute-bound), and a small `aten::addmm`
+/// inside `aten::linear` (memory-bound; counted once, for the addmm).
+const ROOFLINE_TRACE: &str = r###"{
+  "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+  "traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 10, "tid": 11, "ts": 100, "dur": 200,
+   "args": {"Input Dims": [[64, 1024], [4096, 1024], [4096]], "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 10, "tid": 11, "ts": 110, "dur": 180,
+   "args": {"Input Dims": [[4096], [64, 1024], [1024, 4096], [], []], "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 120, "dur": 5, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_small", "pid": 0, "tid": 7, "ts": 130, "dur": 10, "args": {"device": 0, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 11, "ts": 400, "dur": 100,
+   "args": {"Input Dims": [[8192, 8192], [8192, 8192]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 410, "dur": 5, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_big", "pid": 0, "tid": 7, "ts": 500, "dur": 2000, "args": {"device": 0, "stream": 7, "correlation": 2}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 10, "tid": 11, "ts": 2600, "dur": 10, "args": {"Input Dims": [[64, 4096]]}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 2601, "dur": 5, "args": {"correlation": 3}},
+  {"ph": "X", "cat": "kernel", "name": "relu_kernel", "pid": 0, "tid": 7, "ts": 2610, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": 3}}
+  ]
+}"###;
+
+#[tokio::test]
+async fn roofline_rates_gemms_by_arithmetic_intensity_against_the_gpus_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("roof.json");
+    std::fs::write(&path, ROOFLINE_TRACE).unwrap();
+    ingest(&store, &path, "roof");
+    let ctx = open_session(&store).await.unwrap();
+    let rows = text_rows(
+        &ctx,
+        "SELECT op, dtype, gpu, source, instances, kernels, kernel_time, flop, bytes, bound \
+         FROM roofline('roof')",
+    )
+    .await;
+    let big_flop = 2.0 * 8192f64.powi(3);
+    let small_flop = 2.0 * 64.0 * 1024.0 * 4096.0;
+    let small_bytes = (4096.0 + 64.0 * 1024.0 + 1024.0 * 4096.0 + 64.0 * 4096.0) * 2.0;
+    let show = |v: f64| format!("{v:.1}");
+    assert_eq!(
+        rows,
+        vec![
+            vec![
+                "aten::mm".to_string(),
+                "bf16".into(),
+                "H100 SXM".into(),
+                "shapes".into(),
+                "1".into(),
+                "1".into(),
+                "2000000".into(),
+                show(big_flop),
+                show(3.0 * 8192.0 * 8192.0 * 2.0),
+                "compute".into()
+            ],
+            vec![
+                "aten::addmm".to_string(),
+                "bf16".into(),
+                "H100 SXM".into(),
+                "shapes".into(),
+                "1".into(),
+                "1".into(),
+                "10000".into(),
+                show(small_flop),
+                show(small_bytes),
+                "memory".into()
+            ],
+        ]
+    );
+    let b = ctx
+        .sql("SELECT tflops, intensity, ridge, attainable_tflops, pct_of_attainable FROM roofline('roof')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let col = |c: usize| -> Vec<f64> {
+        b[0].column(c)
+            .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+            .values()
+            .to_vec()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    let ridge = 989.4 / 3.35;
+    let (big_tflops, small_tflops) = (big_flop / 2e6 / 1e3, small_flop / 1e4 / 1e3);
+    let small_ai = small_flop / small_bytes;
+    assert!(
+        close(col(0)[0], big_tflops) && close(col(0)[1], small_tflops),
+        "{:?}",
+        col(0)
+    );
+    assert!(close(col(1)[1], small_ai));
+    assert!(close(col(2)[0], ridge));
+    assert!(close(col(3)[0], 989.4) && close(col(3)[1], small_ai * 3.35));
+    assert!(close(col(4)[0], 100.0 * big_tflops / 989.4));
+    assert!(close(col(4)[1], 100.0 * small_tflops / (small_ai * 3.35)));
+
+    // Both run under 70 % of their roof: one finding, its impact the time saved at 70 %.
+    let f = text_rows(
+        &ctx,
+        "SELECT severity, title, impact_ns FROM findings('roof') WHERE category = 'roofline'",
+    )
+    .await;
+    assert_eq!(f.len(), 1, "{f:?}");
+    let pct = |tflops: f64, roof: f64| 100.0 * tflops / roof;
+    let lost = |t: f64, p: f64| ((t * (1.0 - p / 70.0)).max(0.0)).round() as i64;
+    let want = lost(2e6, pct(big_tflops, 989.4)) + lost(1e4, pct(small_tflops, small_ai * 3.35));
+    assert_eq!(f[0][2], want.to_string(), "{f:?}");
+    assert!(
+        f[0][1].starts_with("aten::mm (bf16) runs at 56% of its roofline on the H100 SXM"),
+        "{f:?}"
+    );
+}
