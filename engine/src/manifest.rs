@@ -36,6 +36,12 @@ pub struct FileEntry {
     pub rows: u64,
     /// Min/max of the table's stat columns; `None` when every value is null.
     pub stats: BTreeMap<String, Option<(i64, i64)>>,
+    /// Where each kind's rows are: half-open row ranges of the sorted file (a superset: ranges
+    /// closer than [`crate::part::KIND_RANGE_GAP`] rows are merged). Lets a scan filtered on
+    /// `kind` read only those rows. Empty for files written before it existed (then every row
+    /// is read).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kinds: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

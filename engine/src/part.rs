@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::schema::TableKind;
-use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{self, SortColumn, SortOptions};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::parquet::arrow::ArrowWriter;
@@ -200,12 +200,17 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
         .set_data_page_row_count_limit(20_000)
         .set_sorting_columns(Some(sorting));
     // Nearly unique columns: a dictionary would only be hashed into and then abandoned.
-    // Timestamps and correlation ids rise within a stream, so their deltas pack into few bits.
-    for name in ["ts", "correlation"] {
+    // Timestamps and correlation ids rise within a stream, so their deltas pack into few bits;
+    // durations vary, but bit-packed deltas still take about a third of their 8 bytes. zstd
+    // gains next to nothing on bit-packed deltas and is the largest cost of reading them, so
+    // these columns are stored uncompressed.
+    for name in ["ts", "correlation", "dur"] {
         if schema.index_of(name).is_ok() {
+            let column = ColumnPath::from(name);
             props = props
-                .set_column_dictionary_enabled(ColumnPath::from(name), false)
-                .set_column_encoding(ColumnPath::from(name), Encoding::DELTA_BINARY_PACKED);
+                .set_column_dictionary_enabled(column.clone(), false)
+                .set_column_encoding(column.clone(), Encoding::DELTA_BINARY_PACKED)
+                .set_column_compression(column, Compression::UNCOMPRESSED);
         }
     }
     if schema.index_of("args").is_ok() {
@@ -243,6 +248,60 @@ pub fn column_stats(table: TableKind, batch: &RecordBatch) -> BTreeMap<String, O
         stats.insert(name.to_string(), minmax);
     }
     stats
+}
+
+/// Rows of one kind closer than this are recorded as one range: a scan reads a little more,
+/// and the manifest stays small.
+pub const KIND_RANGE_GAP: u64 = 4096;
+
+/// At most this many ranges per kind; beyond, the kind's rows are recorded as one range from
+/// its first row to its last.
+const MAX_KIND_RANGES: usize = 64;
+
+/// Half-open row ranges of each value of the `kind` column of a sorted batch (empty when the
+/// table has no `kind` column), with gaps under [`KIND_RANGE_GAP`] rows merged.
+pub fn kind_ranges(batch: &RecordBatch) -> BTreeMap<String, Vec<(u64, u64)>> {
+    let mut out: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    let Some(kind) = batch.column_by_name("kind") else {
+        return out;
+    };
+    let Some(dict) = kind.as_any_dictionary_opt() else {
+        return out;
+    };
+    let Some(values) = dict.values().as_string_opt::<i32>() else {
+        return out;
+    };
+    // Sorting concatenates the dictionaries of the input batches, so one kind can have
+    // several codes: number the distinct values first.
+    let mut distinct: Vec<&str> = Vec::new();
+    let value_of_code: Vec<usize> = (0..values.len())
+        .map(|code| {
+            let v = values.value(code);
+            distinct.iter().position(|d| *d == v).unwrap_or_else(|| {
+                distinct.push(v);
+                distinct.len() - 1
+            })
+        })
+        .collect();
+    let mut per_value: Vec<Vec<(u64, u64)>> = vec![Vec::new(); distinct.len()];
+    for (row, code) in dict.normalized_keys().into_iter().enumerate() {
+        let row = row as u64;
+        let ranges = &mut per_value[value_of_code[code]];
+        match ranges.last_mut() {
+            Some(last) if last.1 + KIND_RANGE_GAP >= row => last.1 = row + 1,
+            _ => ranges.push((row, row + 1)),
+        }
+    }
+    for (value, mut ranges) in distinct.into_iter().zip(per_value) {
+        if ranges.is_empty() {
+            continue;
+        }
+        if ranges.len() > MAX_KIND_RANGES {
+            ranges = vec![(ranges[0].0, ranges[ranges.len() - 1].1)];
+        }
+        out.insert(value.to_string(), ranges);
+    }
+    out
 }
 
 /// Writes a sorted batch to `path` as one Parquet file and syncs it to disk.
@@ -290,7 +349,7 @@ pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
 mod tests {
     use super::*;
     use datafusion::arrow::array::Float64Array;
-    use datafusion::arrow::array::StringDictionaryBuilder;
+    use datafusion::arrow::array::{StringArray, StringDictionaryBuilder};
     use datafusion::arrow::datatypes::Int32Type;
     use std::sync::Arc;
 
@@ -334,6 +393,64 @@ mod tests {
         let stats = column_stats(TableKind::Counters, &s);
         assert_eq!(stats["ts"], Some((10, 50)));
         assert_eq!(stats["rank"], Some((0, 1)));
+    }
+
+    #[test]
+    fn kind_ranges_cover_every_row_of_their_kind_and_merge_small_gaps() {
+        // Host block: cpu_op with a runtime call every 3 rows; then kernels with one memcpy
+        // in the middle, a gap of KIND_RANGE_GAP + 10 memsets, and kernels again.
+        let gap = KIND_RANGE_GAP as usize;
+        let mut kinds: Vec<&str> = (0..30)
+            .map(|i| if i % 3 == 2 { "runtime" } else { "cpu_op" })
+            .collect();
+        kinds.extend(["kernel"; 5]);
+        kinds.push("memcpy");
+        kinds.extend(["kernel"; 5]);
+        kinds.extend(std::iter::repeat_n("memset", gap + 10));
+        kinds.extend(["kernel"; 2]);
+        // Two codes for "kernel" (as after sorting batches with dictionaries of their own).
+        let dict = {
+            let values = StringArray::from(vec![
+                "cpu_op", "runtime", "kernel", "memcpy", "memset", "kernel",
+            ]);
+            let keys: Int32Array = kinds
+                .iter()
+                .enumerate()
+                .map(|(row, k)| {
+                    let code = ["cpu_op", "runtime", "kernel", "memcpy", "memset"]
+                        .iter()
+                        .position(|v| v == k)
+                        .unwrap() as i32;
+                    Some(if code == 2 && row % 2 == 1 { 5 } else { code })
+                })
+                .collect();
+            datafusion::arrow::array::DictionaryArray::<Int32Type>::try_new(keys, Arc::new(values))
+                .unwrap()
+        };
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(
+                "kind",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                false,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(dict)]).unwrap();
+        let r = kind_ranges(&batch);
+        let n = kinds.len() as u64;
+        assert_eq!(r["cpu_op"], vec![(0, 29)]);
+        assert_eq!(r["runtime"], vec![(2, 30)]);
+        assert_eq!(r["memcpy"], vec![(35, 36)]);
+        assert_eq!(r["memset"], vec![(41, 41 + gap as u64 + 10)]);
+        // The kernels either side of the memcpy merge; those after the long memset run do not.
+        assert_eq!(r["kernel"], vec![(30, 41), (n - 2, n)]);
+        // Every row lies in a range of its kind.
+        for (row, k) in kinds.iter().enumerate() {
+            let row = row as u64;
+            assert!(
+                r[*k].iter().any(|&(lo, hi)| lo <= row && row < hi),
+                "{row} {k}"
+            );
+        }
     }
 
     #[test]

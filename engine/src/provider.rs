@@ -14,26 +14,32 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, MapBuilder, RecordBatch, StringArray,
     StringBuilder, TimestampNanosecondArray,
 };
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::pruning::PruningStatistics;
-use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::common::stats::Precision;
+use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::utils::conjunction;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown, TableType};
 use datafusion::object_store::path::Path as ObjectPath;
 use datafusion::object_store::ObjectMeta;
+use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Bytes read from the end of a data file to get its footer and page index in one read.
@@ -122,21 +128,174 @@ fn column_type(name: &str) -> Option<DataType> {
         .map(|f| f.data_type().clone())
 }
 
-/// Splits files into at most `n` groups of similar total size (largest first, into the lightest group).
-fn balanced_groups(mut files: Vec<(u64, PartitionedFile)>, n: usize) -> Vec<FileGroup> {
-    files.sort_by(|a, b| b.0.cmp(&a.0));
-    let n = n.max(1).min(files.len().max(1));
-    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
-    for (size, f) in files {
-        let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
-        g.0 += size;
-        g.1.push(f);
+/// Splits files into at least `n` groups of similar total size such that each group holds at
+/// most one file of a run, in run order: every file is sorted by the table's sort columns, so
+/// each group is then sorted by `(run, sort columns...)` as a whole. Files arrive grouped by
+/// run in run order (the manifest's order); a run with more files than `n` gets one group per
+/// file.
+fn run_ordered_groups(files: Vec<(&RunId, u64, PartitionedFile)>, n: usize) -> Vec<FileGroup> {
+    let mut per_run: Vec<Vec<(u64, PartitionedFile)>> = Vec::new();
+    let mut last: Option<&RunId> = None;
+    for (run, size, f) in files {
+        if last != Some(run) {
+            per_run.push(Vec::new());
+            last = Some(run);
+        }
+        per_run.last_mut().expect("pushed above").push((size, f));
+    }
+    let widest = per_run.iter().map(Vec::len).max().unwrap_or(0);
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
+        (0..n.max(widest).max(1)).map(|_| (0, Vec::new())).collect();
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    for mut run_files in per_run {
+        run_files.sort_by(|a, b| b.0.cmp(&a.0));
+        // The run's largest file into the lightest group, the next into the next lightest, ...
+        order.sort_by_key(|&g| groups[g].0);
+        for ((size, f), &g) in run_files.into_iter().zip(&order) {
+            groups[g].0 += size;
+            groups[g].1.push(f);
+        }
     }
     groups
         .into_iter()
         .filter(|g| !g.1.is_empty())
         .map(|g| FileGroup::new(g.1))
         .collect()
+}
+
+/// The manifest's min/max of a file as DataFusion statistics (inexact, so never used to
+/// answer a query), for the file schema's columns. DataFusion checks a declared ordering of a
+/// group of several files against these; a column that is null in every row gets NULL bounds,
+/// which sort first, as the files do.
+fn file_statistics(file_schema: &Schema, f: &FileEntry) -> Statistics {
+    let mut stats = Statistics::new_unknown(file_schema);
+    stats.num_rows = Precision::Exact(f.rows as usize);
+    stats.total_byte_size = Precision::Inexact(f.size as usize);
+    for (field, column) in file_schema
+        .fields()
+        .iter()
+        .zip(&mut stats.column_statistics)
+    {
+        let Some(minmax) = f.stats.get(field.name()) else {
+            continue;
+        };
+        let scalar = |v: Option<i64>| match field.data_type() {
+            DataType::Int32 => Some(ScalarValue::Int32(v.map(|v| v as i32))),
+            DataType::Int64 => Some(ScalarValue::Int64(v)),
+            _ => None,
+        };
+        if let (Some(lo), Some(hi)) = (scalar(minmax.map(|m| m.0)), scalar(minmax.map(|m| m.1))) {
+            column.min_value = Precision::Inexact(lo);
+            column.max_value = Precision::Inexact(hi);
+        }
+    }
+    stats
+}
+
+/// The kinds a filter admits, when it restricts the `kind` column to a set of constants
+/// (`kind = 'kernel'`, `kind IN ('runtime', 'driver')`, or an OR of such); `None` otherwise.
+fn admitted_kinds(filter: &Expr) -> Option<Vec<String>> {
+    fn kind_column(e: &Expr) -> bool {
+        match e {
+            Expr::Column(c) => c.name == "kind",
+            Expr::Cast(c) => kind_column(&c.expr),
+            Expr::TryCast(c) => kind_column(&c.expr),
+            _ => false,
+        }
+    }
+    fn text(e: &Expr) -> Option<String> {
+        match e {
+            Expr::Literal(v, _) => match v {
+                ScalarValue::Dictionary(_, v) => text(&Expr::Literal((**v).clone(), None)),
+                ScalarValue::Utf8(Some(t))
+                | ScalarValue::Utf8View(Some(t))
+                | ScalarValue::LargeUtf8(Some(t)) => Some(t.clone()),
+                _ => None,
+            },
+            Expr::Cast(c) => text(&c.expr),
+            Expr::TryCast(c) => text(&c.expr),
+            _ => None,
+        }
+    }
+    match filter {
+        Expr::BinaryExpr(b) if b.op == Operator::Eq => {
+            if kind_column(&b.left) {
+                text(&b.right).map(|k| vec![k])
+            } else if kind_column(&b.right) {
+                text(&b.left).map(|k| vec![k])
+            } else {
+                None
+            }
+        }
+        Expr::BinaryExpr(b) if b.op == Operator::Or => {
+            let mut kinds = admitted_kinds(&b.left)?;
+            kinds.extend(admitted_kinds(&b.right)?);
+            Some(kinds)
+        }
+        Expr::InList(l) if !l.negated && kind_column(&l.expr) => l.list.iter().map(text).collect(),
+        _ => None,
+    }
+}
+
+/// The rows of `f` that can hold one of `kinds`, from the manifest's kind ranges: `None` when
+/// the file has no ranges recorded (read every row), else the merged ranges (empty: no row
+/// can match).
+fn kind_rows(f: &FileEntry, kinds: &[String]) -> Option<Vec<(u64, u64)>> {
+    if f.kinds.is_empty() {
+        return None;
+    }
+    let mut ranges: Vec<(u64, u64)> = kinds
+        .iter()
+        .filter_map(|k| f.kinds.get(k))
+        .flatten()
+        .copied()
+        .collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi.min(f.rows))),
+        }
+    }
+    Some(merged)
+}
+
+/// A Parquet row selection of `ranges` in a file of `rows` rows.
+fn row_selection(ranges: &[(u64, u64)], rows: u64) -> ParquetRowSelection {
+    let mut selectors = Vec::with_capacity(2 * ranges.len() + 1);
+    let mut at = 0;
+    for &(lo, hi) in ranges {
+        if lo > at {
+            selectors.push(RowSelector::skip((lo - at) as usize));
+        }
+        selectors.push(RowSelector::select((hi - lo) as usize));
+        at = hi;
+    }
+    if rows > at {
+        selectors.push(RowSelector::skip((rows - at) as usize));
+    }
+    ParquetRowSelection::new(RowSelection::from(selectors))
+}
+
+/// The order of the rows of each file group: `run`, then the table's sort columns, ascending
+/// with nulls first (as `part::sort_batches` writes them).
+fn group_ordering(table: TableKind, table_schema: &Schema) -> Result<Vec<LexOrdering>> {
+    let first = SortOptions {
+        descending: false,
+        nulls_first: true,
+    };
+    let keys = std::iter::once("run")
+        .chain(table.sort_columns().iter().copied())
+        .map(|name| -> Result<PhysicalSortExpr> {
+            let index = table_schema.index_of(name)?;
+            Ok(PhysicalSortExpr::new(
+                Arc::new(PhysicalColumn::new(name, index)),
+                first,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LexOrdering::new(keys).into_iter().collect())
 }
 
 #[async_trait]
@@ -165,6 +324,22 @@ impl TableProvider for ManifestTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let manifest = self.store.manifest().map_err(df_err)?;
         let mut files: Vec<(&RunId, &FileEntry)> = manifest.files(self.table).collect();
+        // Rows of the admitted kinds only, by the manifest's kind ranges; files without any
+        // such row are not read at all.
+        let kinds = filters.iter().find_map(admitted_kinds);
+        let mut selections: HashMap<&str, ParquetRowSelection> = HashMap::new();
+        if let Some(kinds) = &kinds {
+            files.retain(|(_, f)| match kind_rows(f, kinds) {
+                None => true,
+                Some(ranges) if ranges.is_empty() => false,
+                Some(ranges) => {
+                    if ranges != [(0, f.rows)] {
+                        selections.insert(f.path.as_str(), row_selection(&ranges, f.rows));
+                    }
+                    true
+                }
+            });
+        }
         if let Some(predicate) = conjunction(filters.iter().cloned()) {
             let df_schema = DFSchema::try_from(self.schema.clone())?;
             let physical = state.create_physical_expr(predicate, &df_schema)?;
@@ -195,7 +370,7 @@ impl TableProvider for ManifestTable {
         let root = self.store.root();
         let partitioned = files
             .iter()
-            .map(|(run, f)| {
+            .map(|&(run, f)| {
                 let abs = root.join(&f.path);
                 let location = ObjectPath::from_absolute_path(&abs)
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
@@ -206,15 +381,22 @@ impl TableProvider for ManifestTable {
                     e_tag: None,
                     version: None,
                 };
-                let pf = PartitionedFile::new_from_meta(meta)
-                    .with_partition_values(vec![ScalarValue::Utf8(Some(run.to_string()))]);
-                Ok((f.size, pf))
+                let mut pf = PartitionedFile::new_from_meta(meta)
+                    .with_partition_values(vec![ScalarValue::Utf8(Some(run.to_string()))])
+                    .with_statistics(Arc::new(file_statistics(&file_schema, f)));
+                if let Some(selection) = selections.remove(f.path.as_str()) {
+                    pf = pf.with_extension(selection);
+                }
+                Ok((run, f.size, pf))
             })
             .collect::<Result<Vec<_>>>()?;
-        let groups = balanced_groups(partitioned, state.config().target_partitions());
-        let table_schema = TableSchema::builder(file_schema)
+        let groups = run_ordered_groups(partitioned, state.config().target_partitions());
+        let table_schema = TableSchema::builder(file_schema.clone())
             .with_table_partition_cols(vec![Arc::new(schema::run_field())])
             .build();
+        let mut scan_schema = file_schema.fields().to_vec();
+        scan_schema.push(Arc::new(schema::run_field()));
+        let ordering = group_ordering(self.table, &Schema::new(scan_schema))?;
         let mut options = state.table_options().parquet.clone();
         // DataFusion's default first read of a file is its last 512 KiB, to catch footer and
         // page index in one go; ours need far less (about 8 KiB of footer plus the page
@@ -224,6 +406,7 @@ impl TableProvider for ManifestTable {
         let source = format.file_source(table_schema);
         let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
             .with_file_groups(groups)
+            .with_output_ordering(ordering)
             .with_projection_indices(Some(mapped))?
             .with_limit(limit)
             .build();

@@ -139,6 +139,7 @@ pub struct StagedFile {
     pub size: u64,
     pub rows: u64,
     pub stats: BTreeMap<String, Option<(i64, i64)>>,
+    pub kinds: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 /// How a commit treats a run that already exists.
@@ -198,6 +199,7 @@ impl StoreWriter {
             size,
             rows: sorted.num_rows() as u64,
             stats: part::column_stats(table, &sorted),
+            kinds: part::kind_ranges(&sorted),
         })
     }
 
@@ -276,6 +278,7 @@ impl StoreWriter {
                 size: file.size,
                 rows: file.rows,
                 stats: file.stats,
+                kinds: file.kinds,
             });
         }
         for dir in &dirs {

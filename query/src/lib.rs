@@ -13,10 +13,12 @@
 //! | `steps` | `ProfilerStep#N` ranges: run, rank, step, ts, dur |
 
 pub mod analyses;
+pub mod dict_agg;
 pub mod functions;
 
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
 use gpuq_engine::provider::{ManifestTable, RunsTable};
 use gpuq_engine::schema::TableKind;
@@ -70,7 +72,22 @@ pub fn session_config() -> SessionConfig {
 
 /// A session over `store` with every table and view registered.
 pub async fn open_session(store: &Store) -> Result<SessionContext> {
-    let ctx = SessionContext::new_with_config(session_config());
+    open_session_with(store, true).await
+}
+
+/// [`open_session`], with or without [`dict_agg::DictionaryAggregateRule`] (tests compare the
+/// two).
+pub async fn open_session_with(
+    store: &Store,
+    dictionary_aggregates: bool,
+) -> Result<SessionContext> {
+    let mut state = SessionStateBuilder::new()
+        .with_config(session_config())
+        .with_default_features();
+    if dictionary_aggregates {
+        state = state.with_physical_optimizer_rule(Arc::new(dict_agg::DictionaryAggregateRule));
+    }
+    let ctx = SessionContext::new_with_state(state.build());
     functions::register_all(&ctx);
     analyses::register_all(&ctx, store);
     ctx.register_table(

@@ -1,5 +1,5 @@
 use super::*;
-use datafusion::arrow::array::AsArray;
+use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;
 use gpuq_engine::RunId;
 use gpuq_ingest::synth::{write_kineto, GroundTruth, SynthConfig};
@@ -184,6 +184,58 @@ async fn a_trace_spilled_to_disk_and_split_into_several_parts_gives_the_same_ans
         .unwrap()
         .count();
     assert_eq!(staging, 0, "spill or staged files left behind");
+
+    // The store declares each scan partition sorted by (run, rank, device, stream, ts), so a
+    // per-stream gap() window streams without a sort even over a run of several parts, and
+    // gives what it gives over an unordered in-memory copy of the same rows.
+    ingest_synth(&store, dir.path(), "after", &SynthConfig::small(), &[]);
+    let ctx = open_session(&store).await.unwrap();
+    ctx.sql("CREATE TABLE copy AS SELECT * FROM gpu_ops")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let per_stream = |table: &str| {
+        format!(
+            "SELECT run, rank, device, stream, sum(g) AS idle, count(g) AS n FROM (\
+               SELECT run, rank, device, stream, \
+                 gap(ts, dur) OVER (PARTITION BY run, rank, device, stream ORDER BY ts) AS g \
+               FROM {table}) \
+             GROUP BY run, rank, device, stream ORDER BY run, rank, device, stream"
+        )
+    };
+    let plan = explain_analyze(&ctx, &per_stream("gpu_ops")).await;
+    assert!(
+        plan.contains("BoundedWindowAggExec"),
+        "not streaming:\n{plan}"
+    );
+    let window_input = plan.split("BoundedWindowAggExec").nth(1).unwrap_or("");
+    assert!(
+        !window_input.contains("SortExec"),
+        "sorts its input:\n{plan}"
+    );
+    let from_store = ctx
+        .sql(&per_stream("gpu_ops"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let from_copy = ctx
+        .sql(&per_stream("copy"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let text = |b: &[RecordBatch]| {
+        datafusion::arrow::util::pretty::pretty_format_batches(b)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(text(&from_store), text(&from_copy));
+    assert!(from_store.iter().map(|b| b.num_rows()).sum::<usize>() >= 4);
 }
 
 #[tokio::test]
@@ -342,4 +394,165 @@ async fn views_cover_their_kinds() {
     assert_eq!(gpu, parts);
     let bad = ctx.sql("SELECT * FROM no_such_table").await;
     assert!(bad.is_err());
+}
+
+/// Aggregates computed by dictionary code (`dict_agg`) equal DataFusion's own, row for row, over
+/// several runs, a run of several parts, NULL arguments and every supported aggregate.
+#[tokio::test]
+async fn dictionary_partial_aggregates_equal_datafusions_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    for (i, run) in ["a", "b", "c"].iter().enumerate() {
+        let cfg = SynthConfig {
+            seed: 7 + i as u64,
+            ..SynthConfig::small()
+        };
+        ingest_synth(&store, dir.path(), run, &cfg, &[]);
+    }
+    // A run of several parts, every one with its own dictionaries.
+    ingest_synth_with_budget(
+        &store,
+        dir.path(),
+        "multi",
+        &SynthConfig::sized(60_000_000),
+        &[],
+        Some(0),
+    );
+    let fast = open_session(&store).await.unwrap();
+    let plain = open_session_with(&store, false).await.unwrap();
+    let queries = [
+        "SELECT run, name, sum(dur) AS total FROM kernels GROUP BY run, name",
+        "SELECT name, run, count(*), min(ts), max(ts + dur) FROM kernels GROUP BY name, run",
+        "SELECT kind, name, count(correlation), sum(bytes), min(bytes), max(bytes) FROM events GROUP BY kind, name",
+        "SELECT name, count(*) FROM events WHERE kind IN ('cpu_op', 'kernel') GROUP BY name HAVING count(*) > 3",
+        "SELECT run, kind, sum(dur) FROM events WHERE dur < 0 GROUP BY run, kind",
+        "SELECT run, name, sum(dur) AS t FROM kernels GROUP BY run, name ORDER BY t DESC LIMIT 5",
+        // Rewritten into two aggregations; the upper one counts by name.
+        "SELECT name, count(DISTINCT stream) FROM kernels GROUP BY name",
+    ];
+    for q in queries {
+        let plan = explain_analyze(&fast, q).await;
+        if !q.contains("LIMIT") {
+            assert!(
+                plan.contains("DictionaryPartialAggregateExec"),
+                "{q}:\n{plan}"
+            );
+        }
+        let got = fast.sql(q).await.unwrap().collect().await.unwrap();
+        let want = plain.sql(q).await.unwrap().collect().await.unwrap();
+        let rows = |b: &[RecordBatch]| {
+            let text = datafusion::arrow::util::pretty::pretty_format_batches(b)
+                .unwrap()
+                .to_string();
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            lines.sort();
+            lines
+        };
+        assert_eq!(rows(&got), rows(&want), "{q}");
+        if !q.contains("dur < 0") {
+            assert!(got.iter().map(|b| b.num_rows()).sum::<usize>() >= 3, "{q}");
+        }
+    }
+    // Not eligible: a nullable group key, avg.
+    for q in [
+        "SELECT op, sum(dur) FROM kernels GROUP BY op",
+        "SELECT name, avg(dur) FROM kernels GROUP BY name",
+    ] {
+        let plan = explain_analyze(&fast, q).await;
+        assert!(
+            !plan.contains("DictionaryPartialAggregateExec"),
+            "{q}:\n{plan}"
+        );
+    }
+}
+
+/// A number in an `EXPLAIN ANALYZE` metric such as `pushdown_rows_pruned=34.21 M`.
+fn metric_total(plan: &str, name: &str) -> f64 {
+    plan.split(&format!("{name}="))
+        .skip(1)
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            let value: f64 = words.next()?.trim_end_matches(',').parse().ok()?;
+            Some(match words.next() {
+                Some("K") => value * 1e3,
+                Some("M") => value * 1e6,
+                Some("B") => value * 1e9,
+                _ => value,
+            })
+        })
+        .sum()
+}
+
+/// Filters on `kind` read only the rows the manifest's kind ranges hold: the same answers as
+/// a filter the scan cannot use, from fewer rows; files without such rows are not opened.
+#[tokio::test]
+async fn kind_filters_read_only_the_kinds_row_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    ingest_synth(&store, dir.path(), "a", &SynthConfig::small(), &[]);
+    let no_copies = SynthConfig {
+        copies: false,
+        ..SynthConfig::small()
+    };
+    ingest_synth(&store, dir.path(), "b", &no_copies, &[]);
+    ingest_synth_with_budget(
+        &store,
+        dir.path(),
+        "multi",
+        &SynthConfig::sized(60_000_000),
+        &[],
+        Some(0),
+    );
+    let m = store.manifest().unwrap();
+    assert!(m.files(TableKind::Events).all(|(_, f)| !f.kinds.is_empty()));
+    let ctx = open_session(&store).await.unwrap();
+    let all_rows = query_i64(&ctx, "SELECT count(*) FROM events").await[0].unwrap() as f64;
+    // (filter, most rows it may read): GPU kinds sit in the GPU block at the end of each file,
+    // host kinds in the (larger) host block before it.
+    for (filter, share) in [
+        ("kind = 'kernel'", 0.5),
+        ("kind IN ('memcpy', 'memset')", 0.5),
+        ("kind = 'runtime' OR kind = 'driver'", 0.99),
+        ("kind = 'annotation'", 0.99),
+    ] {
+        let q = |f: &str| {
+            format!("SELECT run, count(*), sum(dur), min(ts) FROM events WHERE {f} GROUP BY run ORDER BY run")
+        };
+        let same = filter.replace("kind", "concat(kind, '')");
+        let got = ctx.sql(&q(filter)).await.unwrap().collect().await.unwrap();
+        let want = ctx.sql(&q(&same)).await.unwrap().collect().await.unwrap();
+        let text = |b: &[RecordBatch]| {
+            datafusion::arrow::util::pretty::pretty_format_batches(b)
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(text(&got), text(&want), "{filter}");
+        assert!(
+            got.iter().map(|b| b.num_rows()).sum::<usize>() >= 1,
+            "{filter}"
+        );
+        let plan = explain_analyze(&ctx, &q(filter)).await;
+        // Rows the scan read and filtered (page-level metrics count whole row groups).
+        let read = metric_total(&plan, "pushdown_rows_pruned")
+            + metric_total(&plan, "pushdown_rows_matched");
+        assert!(
+            read > 0.0 && read < share * all_rows,
+            "{filter}: {read} of {all_rows} rows:\n{plan}"
+        );
+    }
+    // Run b has no copies: its file is not even opened for them; no file has an unknown kind.
+    let plan = explain_analyze(
+        &ctx,
+        "SELECT count(*) FROM events WHERE run = 'b' AND kind = 'memcpy'",
+    )
+    .await;
+    assert!(!plan.contains("DataSourceExec"), "{plan}");
+    assert_eq!(
+        query_i64(
+            &ctx,
+            "SELECT count(*) FROM events WHERE kind = 'no such kind'"
+        )
+        .await,
+        vec![Some(0)]
+    );
 }
