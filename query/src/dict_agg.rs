@@ -389,13 +389,9 @@ impl GroupState {
         if let Some(dict) = column.as_any_dictionary_opt() {
             let values = Arc::clone(dict.values());
             let codes = dict.normalized_keys();
-            let first = codes.first().copied();
-            if values.len() == 1 || codes.iter().all(|&k| Some(k) == first) {
+            if values.len() == 1 {
                 let text = values.as_string_opt::<i32>().ok_or_else(not_utf8)?;
-                return Ok(match first {
-                    Some(k) => ColumnIds::Constant(self.interners[c].id(text.value(k))),
-                    None => ColumnIds::Rows(Vec::new()),
-                });
+                return Ok(ColumnIds::Constant(self.interners[c].id(text.value(0))));
             }
             return Ok(ColumnIds::Codes { codes, values });
         }

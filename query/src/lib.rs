@@ -67,6 +67,8 @@ pub fn session_config() -> SessionConfig {
     // Keep the files' (rank, device, stream, ts) order instead of re-sorting for windows.
     options.optimizer.prefer_existing_sort = true;
     options.execution.parquet.pushdown_filters = true;
+    // The store writes no bloom filters; checking for them costs every file open.
+    options.execution.parquet.bloom_filter_on_read = false;
     config
 }
 
