@@ -214,7 +214,11 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
         }
     }
     if schema.index_of("args").is_ok() {
-        props = props.set_column_dictionary_enabled(ColumnPath::from("args"), false);
+        // Nearly unique JSON texts: no dictionary, and no min/max (nothing prunes on them, and
+        // comparing long strings for every page cost more than encoding them).
+        props = props
+            .set_column_dictionary_enabled(ColumnPath::from("args"), false)
+            .set_column_statistics_enabled(ColumnPath::from("args"), EnabledStatistics::None);
     }
     props.build()
 }

@@ -2,10 +2,11 @@
 //! (operators, annotations, launches, steps) used to attribute GPU work to the model.
 
 use datafusion::arrow::array::{
-    ArrayRef, Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    ArrayRef, DictionaryArray, Float64Builder, Int32Array, Int32Builder, Int64Array, Int64Builder,
+    PrimitiveArray, PrimitiveBuilder, RecordBatch, StringArray, StringBuilder,
     StringDictionaryBuilder,
 };
-use datafusion::arrow::datatypes::Int32Type;
+use datafusion::arrow::datatypes::{ArrowPrimitiveType, Int32Type, Int64Type};
 use gpuq_engine::schema::{self, TableKind};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,25 +89,152 @@ pub struct Event<'a> {
     pub scope: Option<&'a str>,
 }
 
+/// A nullable primitive column that stays unallocated while every value is null: a batch of
+/// host events has no device, stream, geometry or bytes, and skips their per-row work.
+struct LazyPrimitive<T: ArrowPrimitiveType> {
+    builder: Option<PrimitiveBuilder<T>>,
+    len: usize,
+}
+
+impl<T: ArrowPrimitiveType> LazyPrimitive<T> {
+    fn new() -> Self {
+        LazyPrimitive {
+            builder: None,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, v: Option<T::Native>) {
+        match (&mut self.builder, v) {
+            (Some(b), v) => b.append_option(v),
+            (None, None) => {}
+            (None, Some(v)) => {
+                let mut b = PrimitiveBuilder::<T>::with_capacity(self.len.max(1024) * 2);
+                b.append_nulls(self.len);
+                b.append_value(v);
+                self.builder = Some(b);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn finish(self) -> ArrayRef {
+        match self.builder {
+            Some(mut b) => Arc::new(b.finish()),
+            None => Arc::new(PrimitiveArray::<T>::new_null(self.len)),
+        }
+    }
+}
+
+/// [`LazyPrimitive`] for text.
+struct LazyString {
+    builder: Option<StringBuilder>,
+    len: usize,
+}
+
+impl LazyString {
+    fn new() -> Self {
+        LazyString {
+            builder: None,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, v: Option<&str>) {
+        match (&mut self.builder, v) {
+            (Some(b), v) => b.append_option(v),
+            (None, None) => {}
+            (None, Some(v)) => {
+                let rows = self.len.max(1024) * 2;
+                let mut b = StringBuilder::with_capacity(rows, rows * 32);
+                b.append_nulls(self.len);
+                b.append_value(v);
+                self.builder = Some(b);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn finish(self) -> ArrayRef {
+        match self.builder {
+            Some(mut b) => Arc::new(b.finish()),
+            None => Arc::new(StringArray::new_null(self.len)),
+        }
+    }
+}
+
+/// A dictionary-encoded text column. Values are found by their text, or, for adapters whose
+/// strings have stable ids (an nsys `StringIds` id), by that id without hashing the text.
+#[derive(Default)]
+struct DictColumn {
+    keys: Vec<i32>,
+    values: Vec<Box<str>>,
+    by_text: HashMap<Box<str>, i32, ahash::RandomState>,
+    by_id: HashMap<u64, i32, ahash::RandomState>,
+}
+
+impl DictColumn {
+    #[inline]
+    fn key_of(&mut self, s: &str) -> i32 {
+        if let Some(&k) = self.by_text.get(s) {
+            return k;
+        }
+        let k = self.values.len() as i32;
+        self.values.push(s.into());
+        self.by_text.insert(s.into(), k);
+        k
+    }
+
+    #[inline]
+    fn push(&mut self, s: &str) {
+        let k = self.key_of(s);
+        self.keys.push(k);
+    }
+
+    /// Appends `s`, known by the caller as `id` (the same id must always mean the same text).
+    #[inline]
+    fn push_with_id(&mut self, id: u64, s: &str) {
+        let k = match self.by_id.get(&id) {
+            Some(&k) => k,
+            None => {
+                let k = self.key_of(s);
+                self.by_id.insert(id, k);
+                k
+            }
+        };
+        self.keys.push(k);
+    }
+
+    fn finish(self) -> ArrayRef {
+        let values = StringArray::from_iter_values(self.values.iter().map(|v| &**v));
+        Arc::new(
+            DictionaryArray::<Int32Type>::try_new(Int32Array::from(self.keys), Arc::new(values))
+                .expect("keys index the values"),
+        )
+    }
+}
+
 /// Builders for the columns of [`schema::events_schema`].
 pub struct EventColumns {
-    device: Int32Builder,
-    stream: Int64Builder,
-    pid: Int64Builder,
-    tid: Int64Builder,
-    kind: StringDictionaryBuilder<Int32Type>,
-    name: StringDictionaryBuilder<Int32Type>,
-    ts: Int64Builder,
-    dur: Int64Builder,
-    correlation: Int64Builder,
-    bytes: Int64Builder,
-    copy_kind: StringBuilder,
-    geometry: [Int32Builder; 6],
-    registers: Int32Builder,
-    shared_mem: Int64Builder,
-    args: StringBuilder,
-    scope: StringBuilder,
-    len: usize,
+    device: LazyPrimitive<Int32Type>,
+    stream: LazyPrimitive<Int64Type>,
+    pid: LazyPrimitive<Int64Type>,
+    tid: LazyPrimitive<Int64Type>,
+    /// Index into [`schema::KINDS`], the dictionary of every batch.
+    kind: Vec<i32>,
+    name: DictColumn,
+    ts: Vec<i64>,
+    dur: Vec<i64>,
+    correlation: LazyPrimitive<Int64Type>,
+    bytes: LazyPrimitive<Int64Type>,
+    copy_kind: LazyString,
+    geometry: [LazyPrimitive<Int32Type>; 6],
+    registers: LazyPrimitive<Int32Type>,
+    shared_mem: LazyPrimitive<Int64Type>,
+    args: LazyString,
+    scope: LazyString,
 }
 
 impl Default for EventColumns {
@@ -118,95 +246,102 @@ impl Default for EventColumns {
 impl EventColumns {
     pub fn with_capacity(n: usize) -> Self {
         EventColumns {
-            device: Int32Builder::with_capacity(n),
-            stream: Int64Builder::with_capacity(n),
-            pid: Int64Builder::with_capacity(n),
-            tid: Int64Builder::with_capacity(n),
-            kind: StringDictionaryBuilder::new(),
-            name: StringDictionaryBuilder::new(),
-            ts: Int64Builder::with_capacity(n),
-            dur: Int64Builder::with_capacity(n),
-            correlation: Int64Builder::with_capacity(n),
-            bytes: Int64Builder::with_capacity(n),
-            copy_kind: StringBuilder::new(),
-            geometry: std::array::from_fn(|_| Int32Builder::with_capacity(n)),
-            registers: Int32Builder::with_capacity(n),
-            shared_mem: Int64Builder::with_capacity(n),
-            args: StringBuilder::with_capacity(n, n * 64),
-            scope: StringBuilder::new(),
-            len: 0,
+            device: LazyPrimitive::new(),
+            stream: LazyPrimitive::new(),
+            pid: LazyPrimitive::new(),
+            tid: LazyPrimitive::new(),
+            kind: Vec::with_capacity(n),
+            name: DictColumn::default(),
+            ts: Vec::with_capacity(n),
+            dur: Vec::with_capacity(n),
+            correlation: LazyPrimitive::new(),
+            bytes: LazyPrimitive::new(),
+            copy_kind: LazyString::new(),
+            geometry: std::array::from_fn(|_| LazyPrimitive::new()),
+            registers: LazyPrimitive::new(),
+            shared_mem: LazyPrimitive::new(),
+            args: LazyString::new(),
+            scope: LazyString::new(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.ts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ts.is_empty()
     }
 
     pub fn push(&mut self, kind: Kind, e: &Event<'_>) {
-        self.device.append_option(e.device);
-        self.stream.append_option(e.stream);
-        self.pid.append_option(e.pid);
-        self.tid.append_option(e.tid);
-        self.kind.append_value(kind.name());
-        self.name.append_value(e.name);
-        self.ts.append_value(e.ts);
-        self.dur.append_value(e.dur);
-        self.correlation.append_option(e.correlation);
-        self.bytes.append_option(e.bytes);
-        self.copy_kind.append_option(e.copy_kind);
+        self.name.push(e.name);
+        self.push_rest(kind, e);
+    }
+
+    /// [`Self::push`] for an event whose name the adapter knows by a stable `name_id`.
+    pub fn push_with_name_id(&mut self, kind: Kind, e: &Event<'_>, name_id: u64) {
+        self.name.push_with_id(name_id, e.name);
+        self.push_rest(kind, e);
+    }
+
+    #[inline]
+    fn push_rest(&mut self, kind: Kind, e: &Event<'_>) {
+        self.device.push(e.device);
+        self.stream.push(e.stream);
+        self.pid.push(e.pid);
+        self.tid.push(e.tid);
+        self.kind.push(kind as i32);
+        self.ts.push(e.ts);
+        self.dur.push(e.dur);
+        self.correlation.push(e.correlation);
+        self.bytes.push(e.bytes);
+        self.copy_kind.push(e.copy_kind);
         for (b, v) in self
             .geometry
             .iter_mut()
             .zip(e.grid.iter().chain(e.block.iter()))
         {
-            b.append_option(*v);
+            b.push(*v);
         }
-        self.registers.append_option(e.registers);
-        self.shared_mem.append_option(e.shared_mem);
-        self.args.append_option(e.args);
-        self.scope.append_option(e.scope);
-        self.len += 1;
+        self.registers.push(e.registers);
+        self.shared_mem.push(e.shared_mem);
+        self.args.push(e.args);
+        self.scope.push(e.scope);
     }
 
     /// The batch, with `rank`, `step` and `op` null (resolved later).
-    pub fn finish(mut self) -> RecordBatch {
-        let n = self.len;
-        let nulls_i32 =
-            || -> ArrayRef { Arc::new(datafusion::arrow::array::Int32Array::new_null(n)) };
-        let nulls_i64 =
-            || -> ArrayRef { Arc::new(datafusion::arrow::array::Int64Array::new_null(n)) };
-        let nulls_str =
-            || -> ArrayRef { Arc::new(datafusion::arrow::array::StringArray::new_null(n)) };
-        let [gx, gy, gz, bx, by, bz] = &mut self.geometry;
+    pub fn finish(self) -> RecordBatch {
+        let n = self.len();
+        let [gx, gy, gz, bx, by, bz] = self.geometry;
+        let kinds = StringArray::from_iter_values(schema::KINDS.iter());
+        let kind =
+            DictionaryArray::<Int32Type>::try_new(Int32Array::from(self.kind), Arc::new(kinds))
+                .expect("kind codes index KINDS");
         let columns: Vec<ArrayRef> = vec![
-            nulls_i32(),
-            nulls_i64(),
-            Arc::new(self.device.finish()),
-            Arc::new(self.stream.finish()),
-            Arc::new(self.pid.finish()),
-            Arc::new(self.tid.finish()),
-            Arc::new(self.kind.finish()),
-            Arc::new(self.name.finish()),
-            Arc::new(self.ts.finish()),
-            Arc::new(self.dur.finish()),
-            Arc::new(self.correlation.finish()),
-            nulls_str(),
-            Arc::new(self.scope.finish()),
-            Arc::new(self.bytes.finish()),
-            Arc::new(self.copy_kind.finish()),
-            Arc::new(gx.finish()),
-            Arc::new(gy.finish()),
-            Arc::new(gz.finish()),
-            Arc::new(bx.finish()),
-            Arc::new(by.finish()),
-            Arc::new(bz.finish()),
-            Arc::new(self.registers.finish()),
-            Arc::new(self.shared_mem.finish()),
-            Arc::new(self.args.finish()),
+            Arc::new(Int32Array::new_null(n)),
+            Arc::new(Int64Array::new_null(n)),
+            self.device.finish(),
+            self.stream.finish(),
+            self.pid.finish(),
+            self.tid.finish(),
+            Arc::new(kind),
+            self.name.finish(),
+            Arc::new(Int64Array::from(self.ts)),
+            Arc::new(Int64Array::from(self.dur)),
+            self.correlation.finish(),
+            Arc::new(StringArray::new_null(n)),
+            self.scope.finish(),
+            self.bytes.finish(),
+            self.copy_kind.finish(),
+            gx.finish(),
+            gy.finish(),
+            gz.finish(),
+            bx.finish(),
+            by.finish(),
+            bz.finish(),
+            self.registers.finish(),
+            self.shared_mem.finish(),
+            self.args.finish(),
         ];
         RecordBatch::try_new(TableKind::Events.file_schema(), columns)
             .expect("builders match the events schema")
@@ -331,6 +466,28 @@ pub struct Launch {
     pub ts: i64,
     /// Id in [`HostStructure::threads`].
     pub thread: u32,
+    /// Rank of the launching process among the trace's processes (set by the resolver, which
+    /// sorts launches by it; it fills otherwise unused padding).
+    process: u32,
+}
+
+impl Launch {
+    pub fn new(correlation: i64, ts: i64, thread: u32) -> Launch {
+        Launch {
+            correlation,
+            ts,
+            thread,
+            process: 0,
+        }
+    }
+
+    pub fn process(&self) -> u32 {
+        self.process
+    }
+
+    pub(crate) fn set_process(&mut self, process: u32) {
+        self.process = process;
+    }
 }
 
 /// Dense ids of host threads (pid, tid).

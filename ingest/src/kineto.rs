@@ -870,11 +870,7 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
         Kind::Runtime | Kind::Driver => {
             if let Some(correlation) = e.correlation {
                 let thread = out.host.threads.intern(p, t);
-                out.host.launches.push(Launch {
-                    correlation,
-                    ts,
-                    thread,
-                });
+                out.host.launches.push(Launch::new(correlation, ts, thread));
             }
         }
         _ => {}

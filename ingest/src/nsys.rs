@@ -281,6 +281,23 @@ const MEM_KIND: &[(i64, &str)] = &[
     (7, "Unknown"),
 ];
 
+/// Where an event name comes from, so that a name id is unique per text within a batch.
+#[derive(Clone, Copy)]
+enum NameSpace {
+    /// `StringIds[id]` itself (kernel names, NVTX `textId`s).
+    StringId,
+    /// The display name of the API whose `nameId` is the id.
+    ApiName,
+    CopyKind,
+    SyncType,
+    Fixed,
+}
+
+/// A name's id for [`EventColumns::push_with_name_id`].
+fn name_key(space: NameSpace, id: i64) -> u64 {
+    (space as u64) << 56 | (id as u64 & ((1 << 56) - 1))
+}
+
 fn sync_name(sync_type: Option<i64>) -> &'static str {
     match sync_type {
         Some(1) => "Event Sync",
@@ -496,14 +513,16 @@ fn read_range(
                 args.clear();
                 let kind;
                 let name_owned;
+                let name_id: u64;
                 match source {
                     Source::Kernel => {
                         kind = Kind::Kernel;
                         part.kernels += 1;
                         let demangled = int(r, 7)?;
                         let short = int(r, 8)?;
-                        let name_id = demangled.or(short).ok_or_else(|| bad("no kernel name"))?;
-                        e.name = ctx.strings.get(name_id).unwrap_or("<unknown kernel>");
+                        let id = demangled.or(short).ok_or_else(|| bad("no kernel name"))?;
+                        e.name = ctx.strings.get(id).unwrap_or("<unknown kernel>");
+                        name_id = name_key(NameSpace::StringId, id);
                         e.registers = int(r, 10)?.map(|v| v as i32);
                         for k in 0..3 {
                             e.grid[k] = int(r, 11 + k)?.map(|v| v as i32);
@@ -538,6 +557,7 @@ fn read_range(
                             .unwrap_or("Unknown");
                         name_owned = format!("[CUDA memcpy {label}]");
                         e.name = &name_owned;
+                        name_id = name_key(NameSpace::CopyKind, copy);
                         args.push('{');
                         for (key, col) in [("src_kind", 9), ("dst_kind", 10)] {
                             if let Some(l) = int(r, col)?.and_then(|k| ctx.mem_kind.get(&k)) {
@@ -554,6 +574,7 @@ fn read_range(
                         kind = Kind::Memset;
                         e.bytes = int(r, 7)?;
                         e.name = "[CUDA memset]";
+                        name_id = name_key(NameSpace::Fixed, 0);
                         args.push('{');
                         if let Some(l) = int(r, 8)?.and_then(|k| ctx.mem_kind.get(&k)) {
                             args.push_str("\"mem_kind\":");
@@ -565,14 +586,16 @@ fn read_range(
                     }
                     _ => {
                         kind = Kind::Sync;
-                        e.name = sync_name(int(r, 7)?);
+                        let sync_type = int(r, 7)?;
+                        e.name = sync_name(sync_type);
+                        name_id = name_key(NameSpace::SyncType, sync_type.unwrap_or(-1));
                         args.push('{');
                         push_int_field(&mut args, "context", int(r, 8)?);
                     }
                 }
                 finish_args(&mut args);
                 e.args = (!args.is_empty()).then_some(args.as_str());
-                cols.push(kind, &e);
+                cols.push_with_name_id(kind, &e, name_id);
             }
             Source::Runtime => {
                 let end = int(r, 2)?.ok_or_else(|| bad("end is NULL"))?;
@@ -597,7 +620,7 @@ fn read_range(
                     push_int_field(&mut args, "return", Some(v));
                 }
                 finish_args(&mut args);
-                cols.push(
+                cols.push_with_name_id(
                     kind,
                     &Event {
                         pid,
@@ -609,15 +632,12 @@ fn read_range(
                         args: (!args.is_empty()).then_some(args.as_str()),
                         ..Default::default()
                     },
+                    name_key(NameSpace::ApiName, name_id),
                 );
                 part.host.extend_host_span(start, end);
                 if let (Some(c), Some(p), Some(t)) = (correlation, pid, tid) {
                     let thread = part.host.threads.intern(p, t);
-                    part.host.launches.push(Launch {
-                        correlation: c,
-                        ts: start,
-                        thread,
-                    });
+                    part.host.launches.push(Launch::new(c, start, thread));
                 }
             }
             Source::Nvtx => {
@@ -627,11 +647,13 @@ fn read_range(
                     continue; // domain/category/thread naming rows
                 }
                 let end = int(r, 3)?;
-                let text_value = match text(r, 4)? {
-                    Some(t) => Some(t),
-                    None => int(r, 5)?
-                        .and_then(|id| ctx.strings.get(id))
-                        .map(str::to_string),
+                let (text_value, text_id) = match text(r, 4)? {
+                    Some(t) => (Some(t), None),
+                    None => {
+                        let id = int(r, 5)?;
+                        let t = id.and_then(|id| ctx.strings.get(id)).map(str::to_string);
+                        (t, id)
+                    }
                 };
                 let name = text_value.as_deref().unwrap_or("");
                 let global = int(r, 6)?;
@@ -689,18 +711,21 @@ fn read_range(
                         (Kind::Annotation, 0)
                     }
                 };
-                cols.push(
-                    kind,
-                    &Event {
-                        pid,
-                        tid,
-                        name,
-                        ts: start,
-                        dur,
-                        args: (!args.is_empty()).then_some(args.as_str()),
-                        ..Default::default()
-                    },
-                );
+                let event = Event {
+                    pid,
+                    tid,
+                    name,
+                    ts: start,
+                    dur,
+                    args: (!args.is_empty()).then_some(args.as_str()),
+                    ..Default::default()
+                };
+                match text_id.filter(|_| text_value.is_some()) {
+                    Some(id) => {
+                        cols.push_with_name_id(kind, &event, name_key(NameSpace::StringId, id))
+                    }
+                    None => cols.push(kind, &event),
+                }
             }
             Source::Overhead => {
                 let end = int(r, 2)?.ok_or_else(|| bad("end is NULL"))?;
@@ -729,14 +754,25 @@ fn read_range(
     Ok(part)
 }
 
+/// `s` as a JSON string. Names rarely need escaping: those are copied as they are, the others
+/// go through serde_json's escaping.
 fn push_json_str(out: &mut String, s: &str) {
-    // serde_json's string escaping, without building a Value.
-    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+    }
 }
 
 fn push_int_field(out: &mut String, key: &str, v: Option<i64>) {
     if let Some(v) = v {
-        let _ = write!(out, "\"{key}\":{v},");
+        out.push('"');
+        out.push_str(key);
+        out.push_str("\":");
+        out.push_str(itoa::Buffer::new().format(v));
+        out.push(',');
     }
 }
 

@@ -23,10 +23,49 @@ struct Nest<'a> {
     parents: &'a [u32],
 }
 
+/// First index of `slice` where `pred` is false (`pred` true then false, as for
+/// `partition_point`), searched outward from `hint`: successive lookups of nearby values cost
+/// a few comparisons instead of a full binary search over millions of entries.
+fn partition_point_near<T>(slice: &[T], hint: usize, pred: impl Fn(&T) -> bool) -> usize {
+    let n = slice.len();
+    let hint = hint.min(n);
+    let (mut lo, mut hi);
+    if hint < n && pred(&slice[hint]) {
+        // The answer is after `hint`.
+        let mut step = 1;
+        lo = hint + 1;
+        hi = lo;
+        while hi < n && pred(&slice[hi]) {
+            lo = hi + 1;
+            hi = (hi + step).min(n);
+            step *= 2;
+        }
+        hi = hi.min(n);
+    } else {
+        // The answer is at or before `hint`.
+        let mut step = 1;
+        hi = hint;
+        lo = hint;
+        while lo > 0 && !pred(&slice[lo - 1]) {
+            hi = lo - 1;
+            lo = lo.saturating_sub(step);
+            step *= 2;
+        }
+    }
+    lo + slice[lo..hi].partition_point(pred)
+}
+
 impl<'a> Nest<'a> {
     /// Index of the innermost interval containing `t` (`start <= t < end`).
+    #[cfg(test)]
     fn innermost(&self, t: i64) -> Option<usize> {
-        let idx = self.intervals.partition_point(|iv| iv.start <= t);
+        self.innermost_near(t, &mut 0)
+    }
+
+    /// [`Self::innermost`], searching from `hint` (updated to the search position).
+    fn innermost_near(&self, t: i64, hint: &mut usize) -> Option<usize> {
+        let idx = partition_point_near(self.intervals, *hint, |iv| iv.start <= t);
+        *hint = idx;
         let mut i = idx.checked_sub(1)?;
         loop {
             if t < self.intervals[i].end {
@@ -69,9 +108,12 @@ pub struct Resolver {
     parents: Vec<u32>,
     /// By thread id: the ranges of its operators and of its annotations in `intervals`.
     threads: Vec<(Range<usize>, Range<usize>)>,
-    /// Sorted by correlation id (then pid when [`Self::per_process`]); first launch of each key.
+    /// Sorted by correlation id (then process rank when [`Self::per_process`]); first launch
+    /// of each key.
     launches: Vec<Launch>,
     per_process: bool,
+    /// The distinct pids of the launching threads, sorted: a launch's process rank indexes it.
+    pids: Vec<i64>,
     /// Sorted by (process, start).
     steps: Vec<Step>,
 }
@@ -110,10 +152,21 @@ impl Resolver {
             }
             start += len;
         }
+        // Launches are searched by (correlation, process rank): the rank is kept in the launch
+        // itself, so a search does not look each probed launch's thread up.
+        let mut pids: Vec<i64> = Vec::new();
+        if per_process {
+            pids = thread_ids.keys().iter().map(|k| k.0).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            for l in launches.iter_mut() {
+                let pid = thread_ids.keys()[l.thread as usize].0;
+                l.set_process(pids.binary_search(&pid).unwrap_or(0) as u32);
+            }
+        }
         // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
-        let pid_of = |l: &Launch| per_process.then(|| thread_ids.keys()[l.thread as usize].0);
-        launches.par_sort_by_key(|l| (l.correlation, pid_of(l)));
-        launches.dedup_by_key(|l| (l.correlation, pid_of(l)));
+        launches.par_sort_by_key(|l| (l.correlation, l.process()));
+        launches.dedup_by_key(|l| (l.correlation, l.process()));
         launches.shrink_to_fit();
         steps.par_sort_unstable();
         Resolver {
@@ -124,6 +177,7 @@ impl Resolver {
             threads,
             launches,
             per_process,
+            pids,
             steps,
         }
     }
@@ -135,17 +189,21 @@ impl Resolver {
         }
     }
 
-    /// The launch of GPU work with this correlation id, issued by process `pid`.
-    fn launch(&self, correlation: i64, pid: Option<i64>) -> Option<&Launch> {
-        let key = (correlation, pid.filter(|_| self.per_process));
-        let i = self
-            .launches
-            .binary_search_by_key(&key, |l| {
-                let pid = self.thread_ids.keys()[l.thread as usize].0;
-                (l.correlation, self.per_process.then_some(pid))
-            })
-            .ok()?;
-        Some(&self.launches[i])
+    /// The launch of GPU work with this correlation id, issued by process `pid`, searched from
+    /// `hint` (updated to the search position).
+    fn launch(&self, correlation: i64, pid: Option<i64>, hint: &mut usize) -> Option<&Launch> {
+        let process = if self.per_process {
+            self.pids.binary_search(&pid?).ok()? as u32
+        } else {
+            0
+        };
+        let key = (correlation, process);
+        let i = partition_point_near(&self.launches, *hint, |l| {
+            (l.correlation, l.process()) < key
+        });
+        *hint = i;
+        let l = self.launches.get(i)?;
+        ((l.correlation, l.process()) == key).then_some(l)
     }
 
     /// The step of process `pid` (when steps are per process) running at `t`.
@@ -187,18 +245,31 @@ impl Resolver {
         let mut step = Int64Builder::with_capacity(n);
         let mut op = StringBuilder::with_capacity(n, n * 8);
         let mut scope = StringBuilder::with_capacity(n, n * 8);
+        // Rows come in runs of one thread and rising times (or correlation ids): every search
+        // starts where the previous one of its kind ended.
+        let mut launch_hint = 0;
+        let mut last_thread: Option<((i64, i64), Option<u32>)> = None;
+        let mut nest_hints: Option<(u32, usize, usize)> = None;
         for i in 0..n {
             let kind = kind_values[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
             let t = ts.value(i);
             let thread = if pid.is_null(i) || tid.is_null(i) {
                 None
             } else {
-                self.thread_ids.get(pid.value(i), tid.value(i))
+                let key = (pid.value(i), tid.value(i));
+                match last_thread {
+                    Some((k, id)) if k == key => id,
+                    _ => {
+                        let id = self.thread_ids.get(key.0, key.1);
+                        last_thread = Some((key, id));
+                        id
+                    }
+                }
             };
             let (point, thread, from_launch) = if kind.is_gpu() {
                 let process = (!pid.is_null(i)).then(|| pid.value(i));
                 match (!corr.is_null(i))
-                    .then(|| self.launch(corr.value(i), process))
+                    .then(|| self.launch(corr.value(i), process, &mut launch_hint))
                     .flatten()
                 {
                     Some(l) => (l.ts, Some(l.thread), true),
@@ -222,15 +293,23 @@ impl Resolver {
                 continue;
             }
             let index = thread.map(|k| &self.threads[k as usize]);
+            let (op_hint, scope_hint) = match (thread, &mut nest_hints) {
+                (Some(k), Some((h, o, a))) if *h == k => (o, a),
+                (Some(k), hints) => {
+                    let (_, o, a) = hints.insert((k, 0, 0));
+                    (o, a)
+                }
+                (None, _) => (&mut 0, &mut 0),
+            };
             let wants_op = from_launch || kind.is_launch();
             let op_name = index.filter(|_| wants_op).and_then(|(ops, _)| {
                 let nest = self.nest(ops);
-                Some(nest.intervals[nest.innermost(point)?].name)
+                Some(nest.intervals[nest.innermost_near(point, op_hint)?].name)
             });
             op.append_option(op_name.map(|id| &*self.names[id as usize]));
             let scope_name = index.and_then(|(_, annotations)| {
                 let nest = self.nest(annotations);
-                let mut j = nest.innermost(point)?;
+                let mut j = nest.innermost_near(point, scope_hint)?;
                 if !kind.is_gpu() {
                     // An annotation's scope is the one around it, not itself.
                     let me = name_values.value(names.keys().value(i) as usize);
@@ -286,6 +365,23 @@ mod tests {
 
     fn iv(start: i64, end: i64, name: u32) -> HostInterval {
         HostInterval::new(0, start, end, name, false)
+    }
+
+    #[test]
+    fn partition_point_near_equals_partition_point_from_any_hint() {
+        let v: Vec<i64> = vec![1, 3, 3, 5, 8, 8, 8, 13, 21, 34];
+        for t in -1..40 {
+            let want = v.partition_point(|&x| x <= t);
+            for hint in 0..=v.len() + 2 {
+                assert_eq!(
+                    partition_point_near(&v, hint, |&x| x <= t),
+                    want,
+                    "t {t} hint {hint}"
+                );
+            }
+        }
+        let empty: Vec<i64> = Vec::new();
+        assert_eq!(partition_point_near(&empty, 3, |&x| x <= 1), 0);
     }
 
     #[test]

@@ -1224,11 +1224,7 @@ impl<'s, 'a> State<'s, 'a> {
                 Kind::Runtime | Kind::Driver => {
                     if let Some(correlation) = correlation {
                         let thread = host.threads.intern(p, t);
-                        host.launches.push(Launch {
-                            correlation,
-                            ts,
-                            thread,
-                        });
+                        host.launches.push(Launch::new(correlation, ts, thread));
                     }
                 }
                 Kind::Annotation => {

@@ -1,15 +1,17 @@
 //! Holding parsed event batches until they can be attributed and written.
 //!
 //! Attribution needs the whole file's host structure, so events wait for the end of the file.
-//! They wait as [`Frame`]s: a batch as Arrow IPC, compressed with zstd (parsed columns are
-//! mostly nulls, small integers and repetitive JSON text, so a frame is several times smaller
-//! than its batch), encoded a core's worth at a time in parallel. Up to a memory budget of
+//! They wait as [`Frame`]s: a batch as Arrow IPC without its all-null columns, compressed
+//! with lz4 (parsed columns are small integers and repetitive JSON text, so a frame is several
+//! times smaller than its batch; zstd's better ratio cost three times the CPU), encoded a
+//! core's worth at a time in parallel. Up to a memory budget of
 //! frame bytes they wait in memory; past it every frame goes to a file in the store's staging
 //! area and is read back in order. Peak memory is then the budget plus the parts being
 //! written, whatever the size of the trace.
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamDecoder;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use rayon::prelude::*;
@@ -21,34 +23,59 @@ use std::path::PathBuf;
 /// Spilling frames is cheap (they are small); memory is kept for the attribution index, which
 /// grows with the trace.
 pub const DEFAULT_BUDGET: usize = 64 << 20;
-/// zstd level of the frames: a fast negative level (about 6x on parsed Kineto events, against
-/// 11x at level 1 for a third more time); the frames live for one ingest.
-const LEVEL: i32 = -5;
 
 fn other(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::other(e)
 }
 
-/// One batch, as compressed Arrow IPC.
+/// One batch, as compressed Arrow IPC. Columns that are null in every row (most of them in a
+/// batch of host events: device, stream, geometry, bytes, ...) are left out and rebuilt as
+/// nulls on decoding, instead of being encoded, compressed and decompressed as zeros.
 pub struct Frame {
     rows: usize,
     ipc_len: usize,
+    /// Bit `i` set: column `i` of `schema` is in the IPC bytes.
+    present: u64,
+    schema: SchemaRef,
     bytes: Vec<u8>,
+    /// Of `bytes`: lz4 blocks carry no checksum, and a damaged spill file must be an error.
+    checksum: u64,
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    let hash = blake3::hash(bytes);
+    u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
 impl Frame {
     pub fn encode(batch: &RecordBatch) -> io::Result<Frame> {
-        let mut ipc = Vec::with_capacity(batch.get_array_memory_size());
-        let mut w = StreamWriter::try_new(&mut ipc, &batch.schema()).map_err(other)?;
-        w.write(batch).map_err(other)?;
+        let schema = batch.schema();
+        if schema.fields().len() > 64 {
+            return Err(io::Error::other("a spool frame holds at most 64 columns"));
+        }
+        let rows = batch.num_rows();
+        let mut present = 0u64;
+        let mut kept = Vec::new();
+        for (i, column) in batch.columns().iter().enumerate() {
+            if rows == 0 || column.null_count() < rows {
+                present |= 1 << i;
+                kept.push(i);
+            }
+        }
+        let projected = batch.project(&kept).map_err(other)?;
+        let mut ipc = Vec::with_capacity(projected.get_array_memory_size());
+        let mut w = StreamWriter::try_new(&mut ipc, &projected.schema()).map_err(other)?;
+        w.write(&projected).map_err(other)?;
         w.finish().map_err(other)?;
         drop(w);
-        let mut bytes = zstd::bulk::compress(&ipc, LEVEL)?;
-        // Allocated at the compression bound (the input's size): keep only what is used.
+        let mut bytes = lz4_flex::block::compress(&ipc);
         bytes.shrink_to_fit();
         Ok(Frame {
-            rows: batch.num_rows(),
+            rows,
             ipc_len: ipc.len(),
+            present,
+            schema,
+            checksum: checksum(&bytes),
             bytes,
         })
     }
@@ -58,13 +85,20 @@ impl Frame {
     }
 
     pub fn decode(&self) -> io::Result<RecordBatch> {
-        let ipc = zstd::bulk::decompress(&self.bytes, self.ipc_len)?;
+        if checksum(&self.bytes) != self.checksum {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "damaged spool frame (checksum mismatch)",
+            ));
+        }
+        let ipc = lz4_flex::block::decompress(&self.bytes, self.ipc_len)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // The batch's buffers are slices of the decompressed bytes: no further copy.
         let mut buffer = Buffer::from_vec(ipc);
         let mut decoder = StreamDecoder::new();
         while !buffer.is_empty() {
             if let Some(batch) = decoder.decode(&mut buffer).map_err(other)? {
-                return Ok(batch);
+                return self.widen(batch);
             }
         }
         Err(io::Error::new(
@@ -73,26 +107,58 @@ impl Frame {
         ))
     }
 
+    /// The decoded columns, with the all-null ones put back.
+    fn widen(&self, decoded: RecordBatch) -> io::Result<RecordBatch> {
+        if decoded.num_rows() != self.rows {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "spool frame with a wrong number of rows",
+            ));
+        }
+        let mut stored = decoded.columns().iter();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for (i, field) in self.schema.fields().iter().enumerate() {
+            if self.present & (1 << i) != 0 {
+                let column = stored.next().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "spool frame misses a column")
+                })?;
+                columns.push(column.clone());
+            } else {
+                columns.push(new_null_array(field.data_type(), self.rows));
+            }
+        }
+        RecordBatch::try_new(self.schema.clone(), columns)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
     fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        for n in [self.rows, self.ipc_len, self.bytes.len()] {
-            w.write_all(&(n as u64).to_le_bytes())?;
+        for n in [
+            self.rows as u64,
+            self.ipc_len as u64,
+            self.bytes.len() as u64,
+            self.present,
+            self.checksum,
+        ] {
+            w.write_all(&n.to_le_bytes())?;
         }
         w.write_all(&self.bytes)
     }
 
     /// The next frame of a spill file (which holds a known number of them: a short file is an
-    /// error, never a silently shorter run).
-    fn read_from(r: &mut impl Read) -> io::Result<Frame> {
-        let mut header = [0u8; 24];
+    /// error, never a silently shorter run) of batches of `schema`.
+    fn read_from(r: &mut impl Read, schema: &SchemaRef) -> io::Result<Frame> {
+        let mut header = [0u8; 40];
         r.read_exact(&mut header)?;
-        let field = |i: usize| {
-            u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
-        };
-        let mut bytes = vec![0u8; field(2)];
+        let field =
+            |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let mut bytes = vec![0u8; field(2) as usize];
         r.read_exact(&mut bytes)?;
         Ok(Frame {
-            rows: field(0),
-            ipc_len: field(1),
+            rows: field(0) as usize,
+            ipc_len: field(1) as usize,
+            present: field(3),
+            checksum: field(4),
+            schema: schema.clone(),
             bytes,
         })
     }
@@ -115,6 +181,8 @@ pub struct Spool {
     /// Frames written to `file`.
     spilled_frames: usize,
     rows: usize,
+    /// Schema of the batches (of the first one; every batch of a spool has it).
+    schema: Option<SchemaRef>,
 }
 
 impl Spool {
@@ -129,11 +197,13 @@ impl Spool {
             file: None,
             spilled_frames: 0,
             rows: 0,
+            schema: None,
         }
     }
 
     pub fn push(&mut self, batch: RecordBatch) -> io::Result<()> {
         self.rows += batch.num_rows();
+        self.schema.get_or_insert_with(|| batch.schema());
         self.pending.push(batch);
         if self.pending.len() >= cores() {
             self.encode_pending()?;
@@ -210,8 +280,12 @@ impl Spool {
                 w.into_inner().map_err(|e| e.into_error())?;
                 let mut reader = BufReader::with_capacity(1 << 20, File::open(&self.path)?);
                 let _ = std::fs::remove_file(&self.path);
+                let schema = self
+                    .schema
+                    .clone()
+                    .expect("a spilled spool has had a batch");
                 Ok(Box::new(
-                    (0..self.spilled_frames).map(move |_| Frame::read_from(&mut reader)),
+                    (0..self.spilled_frames).map(move |_| Frame::read_from(&mut reader, &schema)),
                 ))
             }
         }
@@ -253,10 +327,11 @@ mod tests {
         let frame = Frame::encode(&batch(0, 100, "x")).unwrap();
         let mut bytes = Vec::new();
         frame.write_to(&mut bytes).unwrap();
-        let back = Frame::read_from(&mut &bytes[..]).unwrap();
+        let schema = batch(0, 1, "x").schema();
+        let back = Frame::read_from(&mut &bytes[..], &schema).unwrap();
         assert_eq!(back.decode().unwrap().num_rows(), 100);
-        for cut in [0, 10, 24, bytes.len() - 1] {
-            let err = Frame::read_from(&mut &bytes[..cut])
+        for cut in [0, 10, 40, bytes.len() - 1] {
+            let err = Frame::read_from(&mut &bytes[..cut], &schema)
                 .err()
                 .expect("short file");
             assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "cut at {cut}");
@@ -264,8 +339,39 @@ mod tests {
         let mut corrupt = bytes.clone();
         let last = corrupt.len() - 1;
         corrupt[last] ^= 0xff;
-        let f = Frame::read_from(&mut &corrupt[..]).unwrap();
+        let f = Frame::read_from(&mut &corrupt[..], &schema).unwrap();
         assert!(f.decode().is_err(), "a damaged frame does not decode");
+    }
+
+    #[test]
+    fn all_null_columns_are_left_out_and_come_back() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+            Field::new(
+                "d",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
+        ]));
+        let full = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![None, None, None])),
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+                new_null_array(schema.field(2).data_type(), 3),
+            ],
+        )
+        .unwrap();
+        let frame = Frame::encode(&full).unwrap();
+        assert_eq!(frame.present, 0b010);
+        let mut bytes = Vec::new();
+        frame.write_to(&mut bytes).unwrap();
+        let back = Frame::read_from(&mut &bytes[..], &schema)
+            .unwrap()
+            .decode()
+            .unwrap();
+        assert_eq!(back, full);
     }
 
     #[test]
