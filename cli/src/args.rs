@@ -56,11 +56,17 @@ pub enum Command {
         file: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
+        /// Rows a table shows at most ('inf': all); CSV/JSON/NDJSON/Markdown always print all
+        #[arg(long, value_name = "N|inf", default_value = "40", value_parser = parse_max_rows)]
+        maxrows: MaxRows,
     },
     /// Interactive SQL shell (reads statements from standard input when it is not a terminal)
     Sql {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
+        /// Rows a table shows at most ('inf': all; `\\maxrows` changes it in the shell)
+        #[arg(long, value_name = "N|inf", default_value = "40", value_parser = parse_max_rows)]
+        maxrows: MaxRows,
     },
     /// List, remove or tag runs
     Runs {
@@ -328,6 +334,23 @@ pub enum OutputFormat {
 impl OutputFormat {
     pub fn parse(s: &str) -> Option<OutputFormat> {
         <OutputFormat as ValueEnum>::from_str(s, true).ok()
+    }
+}
+
+/// How many rows a table shows: `None` is all of them. Tables are for reading; a result of
+/// thousands of rows is cut to its first rows (as datafusion-cli and DuckDB do), with a line
+/// saying how many there were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxRows(pub Option<usize>);
+
+/// `N` or `inf` (also `0`: no limit).
+pub fn parse_max_rows(s: &str) -> Result<MaxRows, String> {
+    match s.trim() {
+        "inf" | "0" => Ok(MaxRows(None)),
+        n => n
+            .parse::<usize>()
+            .map(|n| MaxRows(Some(n)))
+            .map_err(|_| format!("{s:?} is not a row count (a number, or 'inf' for all rows)")),
     }
 }
 

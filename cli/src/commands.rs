@@ -1,7 +1,7 @@
 //! The subcommands.
 
 use crate::args::{parse_tags, store_dir, Cli, Command, GenerateFormat, OutputFormat, RunsAction};
-use crate::exec::run_sql_text;
+use crate::exec::{run_sql_text, Show};
 use crate::history;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
@@ -43,7 +43,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             ingest(&store, &paths, &opts, quiet)
         }
-        Command::Query { sql, file, format } => {
+        Command::Query {
+            sql,
+            file,
+            format,
+            maxrows,
+        } => {
             let text = match (sql, file) {
                 (Some(s), None) => s,
                 (None, Some(f)) if f.as_os_str() == "-" => {
@@ -58,13 +63,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, None) => bail!("no SQL given (pass it as an argument or with -f FILE)"),
             };
             let ctx = gpuq_query::open_session(&open_store(&store_path)?).await?;
-            let failed = run_sql_text(&ctx, &text, format, false, &mut std::io::stdout()).await;
+            let failed = run_sql_text(
+                &ctx,
+                &text,
+                Show {
+                    format,
+                    max_rows: maxrows,
+                    timing: false,
+                },
+                &mut std::io::stdout(),
+            )
+            .await;
             Ok(exit_code(failed))
         }
-        Command::Sql { format } => {
+        Command::Sql { format, maxrows } => {
             let store = open_store(&store_path)?;
             let ctx = gpuq_query::open_session(&store).await?;
-            let errors = crate::repl::run(ctx, format, store.root()).await?;
+            let errors = crate::repl::run(ctx, format, maxrows, store.root()).await?;
             Ok(exit_code(errors))
         }
         Command::Runs { action, format } => runs(&open_store(&store_path)?, action, format).await,
@@ -260,7 +275,7 @@ async fn analysis(
     format: OutputFormat,
 ) -> anyhow::Result<ExitCode> {
     let ctx = session_with_run(store_path, run).await?;
-    let failed = run_sql_text(&ctx, sql, format, false, &mut std::io::stdout()).await;
+    let failed = run_sql_text(&ctx, sql, format, &mut std::io::stdout()).await;
     Ok(exit_code(failed))
 }
 
@@ -474,7 +489,7 @@ async fn runs(
         None => {
             let ctx = gpuq_query::open_session(store).await?;
             let sql = crate::exec::RUNS_SQL;
-            let failed = run_sql_text(&ctx, sql, format, false, &mut std::io::stdout()).await;
+            let failed = run_sql_text(&ctx, sql, format, &mut std::io::stdout()).await;
             Ok(exit_code(failed))
         }
         Some(RunsAction::Rm { run, yes }) => {
@@ -628,14 +643,7 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
         ),
     ] {
         println!("\n{title}:");
-        failed += run_sql_text(
-            &ctx,
-            sql,
-            OutputFormat::Table,
-            false,
-            &mut std::io::stdout(),
-        )
-        .await;
+        failed += run_sql_text(&ctx, sql, OutputFormat::Table, &mut std::io::stdout()).await;
     }
     println!("\nFindings (gpuq findings demo):\n");
     findings(store.root(), "demo", OutputFormat::Table).await?;

@@ -1,6 +1,6 @@
 //! Running SQL text: statements split by the SQL parser, executed one by one.
 
-use crate::args::OutputFormat;
+use crate::args::{MaxRows, OutputFormat};
 use crate::output;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -38,15 +38,36 @@ pub async fn run_statement(
     Ok((schema, batches))
 }
 
+/// How statement results are shown.
+#[derive(Debug, Clone, Copy)]
+pub struct Show {
+    pub format: OutputFormat,
+    /// Rows a table shows at most (other formats print every row).
+    pub max_rows: MaxRows,
+    /// Print "N row(s) in X s" after each statement (to stderr).
+    pub timing: bool,
+}
+
+impl From<OutputFormat> for Show {
+    /// Every row, no timing: what analysis commands and scripts want.
+    fn from(format: OutputFormat) -> Show {
+        Show {
+            format,
+            max_rows: MaxRows(None),
+            timing: false,
+        }
+    }
+}
+
 /// Runs every statement of `sql`; prints results to `out` and errors to stderr.
 /// Returns the number of failed statements.
 pub async fn run_sql_text(
     ctx: &SessionContext,
     sql: &str,
-    format: OutputFormat,
-    timing: bool,
+    show: impl Into<Show>,
     out: &mut dyn Write,
 ) -> usize {
+    let show = show.into();
     let statements = match split_statements(sql) {
         Ok(s) => s,
         Err(e) => {
@@ -59,12 +80,27 @@ pub async fn run_sql_text(
         let started = Instant::now();
         match run_statement(ctx, stmt).await {
             Ok((schema, batches)) => {
-                if let Err(e) = output::write_batches(out, format, &schema, &batches) {
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                let limit = match (show.format, show.max_rows.0) {
+                    (OutputFormat::Table, Some(n)) if rows > n => Some(n),
+                    _ => None,
+                };
+                let written = match limit {
+                    Some(n) => output::write_batches(out, show.format, &schema, &head(&batches, n))
+                        .and_then(|()| {
+                            writeln!(
+                                out,
+                                "{rows} rows, the first {n} shown (all: --maxrows inf, or \\maxrows inf in the shell)"
+                            )
+                            .map_err(Into::into)
+                        }),
+                    None => output::write_batches(out, show.format, &schema, &batches),
+                };
+                if let Err(e) = written {
                     eprintln!("gpuq: error: {}", one_line(&e));
                     failed += 1;
                 }
-                if timing {
-                    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                if show.timing {
                     eprintln!("{rows} row(s) in {:.3} s", started.elapsed().as_secs_f64());
                 }
             }
@@ -76,4 +112,18 @@ pub async fn run_sql_text(
     }
     let _ = out.flush();
     failed
+}
+
+/// The first `n` rows of `batches`.
+fn head(batches: &[RecordBatch], mut n: usize) -> Vec<RecordBatch> {
+    let mut kept = Vec::new();
+    for b in batches {
+        if n == 0 {
+            break;
+        }
+        let take = n.min(b.num_rows());
+        kept.push(b.slice(0, take));
+        n -= take;
+    }
+    kept
 }

@@ -116,7 +116,7 @@ pub async fn diff(
             compare::ALPHA
         );
     }
-    let failed = run_sql_text(ctx, &sql, format, false, &mut std::io::stdout()).await;
+    let failed = run_sql_text(ctx, &sql, format, &mut std::io::stdout()).await;
     Ok(exit_code(failed))
 }
 
@@ -378,7 +378,7 @@ pub async fn repeat(
     } else {
         format!("SELECT * FROM {call}")
     };
-    let failed = run_sql_text(ctx, &sql, format, false, &mut std::io::stdout()).await;
+    let failed = run_sql_text(ctx, &sql, format, &mut std::io::stdout()).await;
     Ok(exit_code(failed))
 }
 

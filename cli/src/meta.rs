@@ -17,6 +17,8 @@ pub enum Meta {
     /// `None` toggles.
     Timing(Option<bool>),
     Format(String),
+    /// `\maxrows N|inf`: the argument as typed.
+    MaxRows(String),
     /// `None` goes back to standard output.
     Output(Option<String>),
     Include(String),
@@ -53,6 +55,9 @@ fn command(i: &str) -> IResult<&str, Meta> {
         map(preceded(tag("\\format"), arg), |f: &str| {
             Meta::Format(f.to_string())
         }),
+        map(preceded(tag("\\maxrows"), arg), |n: &str| {
+            Meta::MaxRows(n.to_string())
+        }),
         map(preceded(tag("\\o"), opt(arg)), |f: Option<&str>| {
             Meta::Output(f.filter(|f| !f.is_empty()).map(String::from))
         }),
@@ -81,6 +86,7 @@ Meta-commands:
   \\d TABLE           describe a table's columns
   \\timing [on|off]   print how long each statement took
   \\format FMT        table | csv | json | ndjson | markdown
+  \\maxrows N|inf     rows a table shows at most (default 40)
   \\o [FILE]          send results to FILE (no FILE: back to the terminal)
   \\i FILE.sql        run the statements in a file
   \\help              this text
@@ -102,6 +108,8 @@ mod tests {
         assert_eq!(parse("\\timing"), Ok(Meta::Timing(None)));
         assert_eq!(parse("\\timing off"), Ok(Meta::Timing(Some(false))));
         assert_eq!(parse("\\format csv"), Ok(Meta::Format("csv".into())));
+        assert_eq!(parse("\\maxrows inf"), Ok(Meta::MaxRows("inf".into())));
+        assert!(parse("\\maxrows").is_err());
         assert_eq!(
             parse("\\o /tmp/out.txt"),
             Ok(Meta::Output(Some("/tmp/out.txt".into())))

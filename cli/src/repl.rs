@@ -1,7 +1,7 @@
 //! The interactive SQL shell.
 
-use crate::args::OutputFormat;
-use crate::exec::{one_line, run_sql_text};
+use crate::args::{MaxRows, OutputFormat};
+use crate::exec::{one_line, run_sql_text, Show};
 use crate::meta::{self, Meta};
 use datafusion::execution::context::SessionContext;
 use rustyline::completion::{Completer, Pair};
@@ -18,8 +18,7 @@ use std::path::PathBuf;
 /// State of a shell session.
 pub struct Shell {
     pub ctx: SessionContext,
-    pub format: OutputFormat,
-    pub timing: bool,
+    pub show: Show,
     pub output: Option<(String, File)>,
     pub errors: usize,
 }
@@ -31,19 +30,21 @@ enum Flow {
 }
 
 impl Shell {
-    pub fn new(ctx: SessionContext, format: OutputFormat) -> Shell {
+    pub fn new(ctx: SessionContext, format: OutputFormat, max_rows: MaxRows) -> Shell {
         Shell {
             ctx,
-            format,
-            timing: false,
+            show: Show {
+                format,
+                max_rows,
+                timing: false,
+            },
             output: None,
             errors: 0,
         }
     }
 
     async fn run_sql(&mut self, sql: &str, interactive: bool) {
-        let format = self.format;
-        let timing = self.timing;
+        let show = self.show;
         let ctx = self.ctx.clone();
         let mut stdout = std::io::stdout();
         let out: &mut dyn Write = match &mut self.output {
@@ -53,11 +54,11 @@ impl Shell {
         if interactive {
             // Ctrl-C cancels the statement (dropping the future stops its streams) and keeps the shell.
             tokio::select! {
-                failed = run_sql_text(&ctx, sql, format, timing, out) => self.errors += failed,
+                failed = run_sql_text(&ctx, sql, show, out) => self.errors += failed,
                 _ = tokio::signal::ctrl_c() => eprintln!("cancelled"),
             }
         } else {
-            self.errors += run_sql_text(&ctx, sql, format, timing, out).await;
+            self.errors += run_sql_text(&ctx, sql, show, out).await;
         }
     }
 
@@ -94,12 +95,19 @@ impl Shell {
                 }
             }
             Meta::Timing(v) => {
-                self.timing = v.unwrap_or(!self.timing);
-                eprintln!("timing is {}", if self.timing { "on" } else { "off" });
+                self.show.timing = v.unwrap_or(!self.show.timing);
+                eprintln!("timing is {}", if self.show.timing { "on" } else { "off" });
             }
+            Meta::MaxRows(n) => match crate::args::parse_max_rows(&n) {
+                Ok(m) => self.show.max_rows = m,
+                Err(e) => {
+                    eprintln!("gpuq: error: {e}");
+                    self.errors += 1;
+                }
+            },
             Meta::Format(f) => {
                 match OutputFormat::parse(&f) {
-                    Some(f) => self.format = f,
+                    Some(f) => self.show.format = f,
                     None => {
                         eprintln!("gpuq: error: unknown format {f:?} (table, csv, json, ndjson, markdown)");
                         self.errors += 1;
@@ -274,7 +282,16 @@ async fn completion_words(ctx: &SessionContext) -> Vec<String> {
     let mut words: Vec<String> = KEYWORDS.iter().map(|s| s.to_string()).collect();
     words.extend(
         [
-            "\\runs", "\\tables", "\\d", "\\timing", "\\format", "\\o", "\\i", "\\help", "\\q",
+            "\\runs",
+            "\\tables",
+            "\\d",
+            "\\timing",
+            "\\format",
+            "\\maxrows",
+            "\\o",
+            "\\i",
+            "\\help",
+            "\\q",
         ]
         .map(String::from),
     );
@@ -310,9 +327,10 @@ fn history_path(store: &std::path::Path) -> PathBuf {
 pub async fn run(
     ctx: SessionContext,
     format: OutputFormat,
+    max_rows: MaxRows,
     store: &std::path::Path,
 ) -> anyhow::Result<usize> {
-    let mut shell = Shell::new(ctx, format);
+    let mut shell = Shell::new(ctx, format, max_rows);
     if !std::io::stdin().is_terminal() {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text)?;

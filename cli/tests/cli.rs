@@ -120,6 +120,31 @@ fn ingest_then_query_in_every_format() {
         &["query", "--format", "csv", "-f", f.to_str().unwrap()],
     );
     assert_eq!(stdout(&o), "one\n1\ntwo\n2\n");
+    // Tables show the first --maxrows rows (default 40) and say so; other formats print all.
+    let hundred = "SELECT ts FROM events ORDER BY ts LIMIT 100";
+    let data_rows = |o: &Output| {
+        stdout(o)
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| ts"))
+            .count()
+    };
+    let cut = gpuq(&store, &["query", hundred]);
+    assert_eq!(data_rows(&cut), 40, "{}", stdout(&cut));
+    assert!(
+        stdout(&cut).contains("100 rows, the first 40 shown"),
+        "{}",
+        stdout(&cut)
+    );
+    let all = gpuq(&store, &["query", "--maxrows", "inf", hundred]);
+    assert_eq!(data_rows(&all), 100);
+    assert!(!stdout(&all).contains("shown"));
+    let five = gpuq(&store, &["query", "--maxrows", "5", hundred]);
+    assert_eq!(data_rows(&five), 5);
+    let csv = gpuq(&store, &["query", "--format", "csv", hundred]);
+    assert_eq!(stdout(&csv).lines().count(), 101);
+    let bad = gpuq(&store, &["query", "--maxrows", "many", hundred]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("not a row count"), "{}", stderr(&bad));
 }
 
 #[test]
@@ -505,7 +530,10 @@ fn the_repl_runs_statements_from_a_pipe() {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
         stdin
-            .write_all(b"SELECT 1 AS a;\n\\format json\nSELECT 2\n  AS b;\n")
+            .write_all(
+                b"SELECT 1 AS a;\n\\format json\nSELECT 2\n  AS b;\n\\format table\n\\maxrows 2\n\
+                  SELECT column1 AS v FROM (VALUES (11), (12), (13));\n",
+            )
             .unwrap();
     }
     let out = child.wait_with_output().unwrap();
@@ -514,7 +542,13 @@ fn the_repl_runs_statements_from_a_pipe() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n1\n[{\"b\":2}]\n");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("a\n1\n[{\"b\":2}]\n"), "{text}");
+    assert!(
+        text.contains("| 11 ") && text.contains("| 12 ") && !text.contains("| 13 "),
+        "{text}"
+    );
+    assert!(text.contains("3 rows, the first 2 shown"), "{text}");
 }
 
 #[test]

@@ -192,6 +192,17 @@ fn file_statistics(file_schema: &Schema, f: &FileEntry) -> Statistics {
     stats
 }
 
+/// Whether a filter references a column that row-group statistics or the page index can
+/// prune on: the table's sort columns, and `step` and `correlation`, which grow with `ts`.
+fn prunes_inside_files(table: TableKind, filters: &[Expr]) -> bool {
+    filters.iter().any(|f| {
+        f.column_refs().iter().any(|c| {
+            let name = c.name.as_str();
+            table.sort_columns().contains(&name) || matches!(name, "step" | "correlation")
+        })
+    })
+}
+
 /// The kinds a filter admits, when it restricts the `kind` column to a set of constants
 /// (`kind = 'kernel'`, `kind IN ('runtime', 'driver')`, or an OR of such); `None` otherwise.
 fn admitted_kinds(filter: &Expr) -> Option<Vec<String>> {
@@ -402,6 +413,14 @@ impl TableProvider for ManifestTable {
         // page index in one go; ours need far less (about 8 KiB of footer plus the page
         // index), and a one-shot query over 500 runs would otherwise read 256 MB of tails.
         options.global.metadata_size_hint = Some(FOOTER_READ_BYTES);
+        if !prunes_inside_files(self.table, filters) {
+            // Row-group statistics and the page index only pay off for filters on the columns
+            // rows are ordered by; for the rest (a kind, a run, no filter) they cost every
+            // file a page-index read and a pruning pass that keeps everything (a GROUP BY over
+            // 500 runs: 0.42 s with them, 0.35 s without).
+            options.global.pruning = false;
+            options.global.enable_page_index = false;
+        }
         let format = ParquetFormat::default().with_options(options);
         let source = format.file_source(table_schema);
         let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)

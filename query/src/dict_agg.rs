@@ -14,8 +14,9 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanBufferBuilder, Int64Array, RecordBatch, StringArray,
 };
 use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::buffer::ScalarBuffer;
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result};
@@ -332,7 +333,22 @@ enum ColumnIds {
     /// Per row.
     Rows(Vec<u32>),
     /// Per row by dictionary code: `codes[row]` indexes `values`.
-    Codes { codes: Vec<usize>, values: ArrayRef },
+    Codes { codes: Codes, values: ArrayRef },
+}
+
+/// The dictionary codes of one batch: the store's Int32 keys as read, other key types widened.
+enum Codes {
+    Int32(ScalarBuffer<i32>),
+    Other(Vec<usize>),
+}
+
+impl Codes {
+    fn at(&self, row: usize) -> usize {
+        match self {
+            Codes::Int32(k) => k[row] as usize,
+            Codes::Other(k) => k[row],
+        }
+    }
 }
 
 /// Groups and their accumulators for one partition.
@@ -388,7 +404,12 @@ impl GroupState {
         let n = column.len();
         if let Some(dict) = column.as_any_dictionary_opt() {
             let values = Arc::clone(dict.values());
-            let codes = dict.normalized_keys();
+            // Valid keys index `values` (the Parquet reader checks them), and group columns
+            // have no nulls, so Int32 keys are used as they are.
+            let codes = match column.as_dictionary_opt::<Int32Type>() {
+                Some(d) => Codes::Int32(d.keys().values().clone()),
+                None => Codes::Other(dict.normalized_keys()),
+            };
             if values.len() == 1 {
                 let text = values.as_string_opt::<i32>().ok_or_else(not_utf8)?;
                 return Ok(ColumnIds::Constant(self.interners[c].id(text.value(0))));
@@ -442,14 +463,25 @@ impl GroupState {
                 };
                 let text = values.as_string_opt::<i32>().ok_or_else(not_utf8)?;
                 let mut by_code = vec![u32::MAX; values.len()];
-                for (row, &code) in codes.iter().enumerate() {
-                    let mut g = by_code[code];
-                    if g == u32::MAX {
-                        tuple[*v] = self.interners[*v].id(text.value(code));
-                        g = self.group_of(&tuple);
-                        by_code[code] = g;
-                    }
-                    group[row] = g;
+                // The first row of each code in the batch looks its group up; the rest read
+                // `by_code` (kept out of the closure so that this loop stays tight).
+                let mut first_of_code = |code: usize| {
+                    tuple[*v] = self.interners[*v].id(text.value(code));
+                    self.group_of(&tuple)
+                };
+                match codes {
+                    Codes::Int32(k) => assign_groups(
+                        &mut group,
+                        k.iter().map(|&c| c as usize),
+                        &mut by_code,
+                        &mut first_of_code,
+                    ),
+                    Codes::Other(k) => assign_groups(
+                        &mut group,
+                        k.iter().copied(),
+                        &mut by_code,
+                        &mut first_of_code,
+                    ),
                 }
             }
             _ => {
@@ -459,7 +491,7 @@ impl GroupState {
                             ColumnIds::Rows(ids) => ids[row],
                             ColumnIds::Codes { codes, values } => {
                                 let text = values.as_string_opt::<i32>().ok_or_else(not_utf8)?;
-                                self.interners[v].id(text.value(codes[row]))
+                                self.interners[v].id(text.value(codes.at(row)))
                             }
                             ColumnIds::Constant(id) => *id,
                         };
@@ -493,18 +525,12 @@ impl GroupState {
                 .as_primitive_opt::<Int64Type>()
                 .ok_or_else(|| DataFusionError::Internal("aggregate argument is not Int64".into()))?
                 .values();
-            for (row, &g) in group.iter().enumerate() {
-                if !valid(row) {
-                    continue;
-                }
-                let (g, v) = (g as usize, ints[row]);
-                values[g] = match agg.op {
-                    Op::Sum => values[g].wrapping_add(v),
-                    Op::Min => values[g].min(v),
-                    Op::Max => values[g].max(v),
-                    Op::Count | Op::CountRows => unreachable!("counted above"),
-                };
-                seen[g] = true;
+            let nulls = nulls.as_ref();
+            match agg.op {
+                Op::Sum => fold_into(values, seen, &group, ints, nulls, i64::wrapping_add),
+                Op::Min => fold_into(values, seen, &group, ints, nulls, i64::min),
+                Op::Max => fold_into(values, seen, &group, ints, nulls, i64::max),
+                Op::Count | Op::CountRows => unreachable!("counted above"),
             }
         }
         Ok(())
@@ -538,6 +564,50 @@ impl GroupState {
             )));
         }
         Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+    }
+}
+
+/// `group[row]` = the group of `codes[row]`: `by_code` caches it, `first_of_code` finds it.
+fn assign_groups(
+    group: &mut [u32],
+    codes: impl Iterator<Item = usize>,
+    by_code: &mut [u32],
+    first_of_code: &mut impl FnMut(usize) -> u32,
+) {
+    for (g, code) in group.iter_mut().zip(codes) {
+        let mut id = by_code[code];
+        if id == u32::MAX {
+            id = first_of_code(code);
+            by_code[code] = id;
+        }
+        *g = id;
+    }
+}
+
+/// Folds `ints[row]` into `values[group[row]]` for every row not NULL in `nulls`.
+fn fold_into(
+    values: &mut [i64],
+    seen: &mut [bool],
+    group: &[u32],
+    ints: &[i64],
+    nulls: Option<&NullBuffer>,
+    fold: impl Fn(i64, i64) -> i64,
+) {
+    match nulls {
+        None => {
+            for (&g, &v) in group.iter().zip(ints) {
+                let g = g as usize;
+                values[g] = fold(values[g], v);
+                seen[g] = true;
+            }
+        }
+        Some(nulls) => {
+            for row in nulls.valid_indices() {
+                let g = group[row] as usize;
+                values[g] = fold(values[g], ints[row]);
+                seen[g] = true;
+            }
+        }
     }
 }
 
