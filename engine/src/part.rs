@@ -63,8 +63,17 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
     let mut sorted = Vec::with_capacity(columns.len());
     for inputs in columns.iter_mut() {
         let refs: Vec<&dyn Array> = inputs.iter().map(|a| a.as_ref()).collect();
-        sorted.push(compute::interleave(&refs, &positions)?);
+        // Dictionary columns are concatenated (one dictionary merge) and their keys gathered
+        // by row number: `interleave` would scan every row once per input batch to merge the
+        // dictionaries. Other columns are gathered straight from the inputs (one copy).
+        let column = if matches!(refs[0].data_type(), DataType::Dictionary(_, _)) {
+            let all = compute::concat(&refs)?;
+            compute::take(&all, &order, None)?
+        } else {
+            compute::interleave(&refs, &positions)?
+        };
         inputs.clear();
+        sorted.push(column);
     }
     Ok(RecordBatch::try_new(schema, sorted)?)
 }
