@@ -463,11 +463,17 @@ fn read_range(
     let mut part = Part::default();
     let mut cols = EventColumns::with_capacity((hi - lo).clamp(0, BATCH_ROWS) as usize);
     let mut args = String::new();
+    // Columns by index without rusqlite's per-call checks (the SELECT fixes their number);
+    // only a value of another type takes the slow path and its error.
     let int = |r: &rusqlite::Row<'_>, i: usize| -> Result<Option<i64>, TraceError> {
-        r.get::<_, Option<i64>>(i).map_err(|e| {
-            let row = r.get::<_, i64>(0).unwrap_or(-1);
-            TraceError::at_row(table, row, format!("column {i}: {e}"))
-        })
+        match r.get_ref_unwrap(i) {
+            rusqlite::types::ValueRef::Integer(v) => Ok(Some(v)),
+            rusqlite::types::ValueRef::Null => Ok(None),
+            _ => r.get::<_, Option<i64>>(i).map_err(|e| {
+                let row = r.get::<_, i64>(0).unwrap_or(-1);
+                TraceError::at_row(table, row, format!("column {i}: {e}"))
+            }),
+        }
     };
     let text = |r: &rusqlite::Row<'_>, i: usize| -> Result<Option<String>, TraceError> {
         match r.get_ref(i) {
@@ -1057,6 +1063,39 @@ mod tests {
         );
         assert_eq!(api_display_name("cuLaunchKernel"), "cuLaunchKernel");
         assert_eq!(api_display_name("_v1234"), "_v1234");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_an_error_at_its_table_and_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.sqlite");
+        crate::synth_nsys::write_nsys(&crate::synth_nsys::NsysConfig::small(), &path).unwrap();
+        let row: i64 = {
+            let c = Connection::open(&path).unwrap();
+            let row = c
+                .query_row(
+                    "SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 5",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            c.execute(
+                "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 'gpu0' WHERE rowid = ?1",
+                [row],
+            )
+            .unwrap();
+            row
+        };
+        let mut sink = |_| Ok(());
+        let err = parse(&path, &NsysOptions::default(), &|_| {}, &mut sink).unwrap_err();
+        assert_eq!(
+            err.at,
+            crate::trace::Position::Row {
+                table: "CUPTI_ACTIVITY_KIND_KERNEL".into(),
+                row
+            }
+        );
+        assert!(err.message.contains("column 3"), "{}", err.message);
     }
 
     #[test]
