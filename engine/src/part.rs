@@ -2,7 +2,9 @@
 
 use crate::error::{Error, Result};
 use crate::schema::TableKind;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch};
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch,
+};
 use datafusion::arrow::compute::{self, SortColumn, SortOptions};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::parquet::arrow::ArrowWriter;
@@ -63,14 +65,18 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
     let mut sorted = Vec::with_capacity(columns.len());
     for inputs in columns.iter_mut() {
         let refs: Vec<&dyn Array> = inputs.iter().map(|a| a.as_ref()).collect();
-        // Dictionary columns are concatenated (one dictionary merge) and their keys gathered
-        // by row number: `interleave` would scan every row once per input batch to merge the
-        // dictionaries. Other columns are gathered straight from the inputs (one copy).
-        let column = if matches!(refs[0].data_type(), DataType::Dictionary(_, _)) {
-            let all = compute::concat(&refs)?;
-            compute::take(&all, &order, None)?
-        } else {
+        // A column null in every input (most columns of most sources) stays all null.
+        // Strings are gathered straight from the inputs (one copy of their bytes); other
+        // columns are concatenated and gathered by row number (`interleave` reads a 16-byte
+        // (batch, row) pair per row and, for dictionaries, scans every row once per input
+        // batch to merge them).
+        let data_type = refs[0].data_type();
+        let column = if refs.iter().all(|a| a.null_count() == a.len()) {
+            new_null_array(data_type, order.len())
+        } else if matches!(data_type, DataType::Utf8 | DataType::Binary) {
             compute::interleave(&refs, &positions)?
+        } else {
+            compute::take(&compute::concat(&refs)?, &order, None)?
         };
         inputs.clear();
         sorted.push(column);
