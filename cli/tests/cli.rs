@@ -717,7 +717,30 @@ fn bad_input_of_every_format_is_rejected_and_leaves_the_store_unchanged() {
         c.execute_batch("CREATE TABLE t(a INTEGER); INSERT INTO t VALUES (1);")
             .unwrap();
     }
+    // An export whose last kernel row is damaged: GPU rows are attributed and written in
+    // parts while they are read, so parts exist on disk when the damaged row is reached.
+    let damaged = dir.path().join("damaged-src.sqlite");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["generate", "--format", "nsys", "--kernels", "400000"])
+        .arg(&damaged)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    {
+        let c = rusqlite::Connection::open(&damaged).unwrap();
+        c.execute_batch(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 'x' \
+             WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL);",
+        )
+        .unwrap();
+    }
     let cases: Vec<(&str, Vec<u8>, &str, &[&str])> = vec![
+        (
+            "damaged.sqlite",
+            std::fs::read(&damaged).unwrap(),
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            &[],
+        ),
         (
             "truncated.sqlite",
             sqlite[..sqlite.len() / 3].to_vec(),

@@ -122,6 +122,15 @@ impl Store {
     }
 }
 
+impl Drop for StoreWriter {
+    /// A writer dropped with staged files (an ingest that failed after writing some parts)
+    /// removes them while it still holds the lock, so a failed command leaves the store as it
+    /// was; after a commit the staging area is empty already.
+    fn drop(&mut self) {
+        self.clear_staging();
+    }
+}
+
 fn read_manifest(path: &Path) -> Result<Manifest> {
     let bytes = fs::read(path).map_err(Error::io(path))?;
     serde_json::from_slice(&bytes).map_err(|e| Error::CorruptManifest {
@@ -449,17 +458,21 @@ impl StoreWriter {
         Ok(version)
     }
 
+    /// Deletes every file in the staging area (only the lock holder stages files).
+    fn clear_staging(&self) {
+        if let Ok(entries) = fs::read_dir(self.store.paths.staging_dir()) {
+            for e in entries.flatten() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+
     /// Deletes what no reader can need: staged files and temporary manifests of dead writers,
     /// data files no version references (a writer that died between rename and commit),
     /// dropped files past their grace period, and manifest versions beyond the newest 20.
     fn collect_garbage(&self) -> Result<()> {
         let paths = &self.store.paths;
-        let staging = paths.staging_dir();
-        if let Ok(entries) = fs::read_dir(&staging) {
-            for e in entries.flatten() {
-                let _ = fs::remove_file(e.path());
-            }
-        }
+        self.clear_staging();
         let mdir = paths.manifest_dir();
         if let Ok(entries) = fs::read_dir(&mdir) {
             for e in entries.flatten() {

@@ -19,6 +19,7 @@ use gpuq_engine::{RunId, Store};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Rows per data file written.
@@ -256,16 +257,15 @@ fn ingest_run(
             let early_hash = reads_itself.then(|| scope.spawn(|| src.hash()));
             let parsed = parse_source(src, opts, progress, &mut spool);
             let hash = match early_hash {
-                Some(h) => h.join().unwrap_or_else(|_| {
-                    Err(std::io::Error::other("the hashing thread panicked"))
-                }),
+                Some(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the hashing thread panicked"))),
                 // Streamed through the reader: the hash is ready once the parse is done.
                 None => Ok(String::new()),
             };
             (parsed, hash)
         });
-        let parsed = parsed?;
-        progress.finish_file();
+        let (parsed, gpu_tables) = parsed?;
         // Equal content implies equal size, so the check above caught every stored duplicate.
         let hash = if reads_itself { hash } else { src.hash() }.map_err(io_error(&src.path))?;
         formats.insert(src.format);
@@ -283,13 +283,24 @@ fn ingest_run(
         if src.format != Format::StageLog {
             rank_position += 1;
         }
-        let file = finish_file(&writer, parsed, spool, fallback_rank).map_err(|e| match e {
-            IngestError::Io { source, .. } => IngestError::Io {
-                path: src.path.clone(),
-                source,
-            },
-            e => e,
-        })?;
+        let report_fraction = |fraction: f64| progress.bytes((fraction * src.size as f64) as u64);
+        let gpu = gpu_tables.map(|tables| GpuInput {
+            tables,
+            progress: &report_fraction,
+        });
+        let file =
+            finish_file(&writer, parsed, spool, fallback_rank, gpu).map_err(|e| match e {
+                IngestError::Io { source, .. } => IngestError::Io {
+                    path: src.path.clone(),
+                    source,
+                },
+                IngestError::Trace { source, .. } => IngestError::Trace {
+                    path: src.path.clone(),
+                    source,
+                },
+                e => e,
+            })?;
+        progress.finish_file();
         staged.extend(file.staged);
         report.redacted += file.redacted;
         report.input_bytes += src.size;
@@ -328,12 +339,14 @@ fn ingest_run(
     Ok(report)
 }
 
+/// Parses `src` into `spool`. An nsys export comes back with its GPU tables still unread:
+/// [`finish_file`] reads them once it can attribute their rows.
 fn parse_source(
     src: &Source,
     opts: &IngestOptions,
     progress: &dyn Progress,
     spool: &mut Spool,
-) -> Result<ParsedTrace, IngestError> {
+) -> Result<(ParsedTrace, Option<nsys::GpuTables>), IngestError> {
     let trace_error = |e| IngestError::Trace {
         path: src.path.clone(),
         source: TraceErrorDisplay(e),
@@ -342,7 +355,9 @@ fn parse_source(
         Format::Kineto => {
             let reader = src.reader().map_err(io_error(&src.path))?;
             let report = |_: u64| progress.bytes(src.bytes_read());
-            kineto::parse_into(reader, &report, &mut |b| spool.push(b)).map_err(trace_error)
+            kineto::parse_into(reader, &report, &mut |b| spool.push(b))
+                .map(|t| (t, None))
+                .map_err(trace_error)
         }
         Format::Nsys => {
             let mut nsys_opts = nsys::NsysOptions::default();
@@ -350,16 +365,16 @@ fn parse_source(
                 nsys_opts.step_pattern = p.clone();
             }
             let report = |fraction: f64| progress.bytes((fraction * src.size as f64) as u64);
-            nsys::parse(&src.path, &nsys_opts, &report, &mut |b| spool.push(b)).map_err(trace_error)
+            nsys::parse_host(&src.path, &nsys_opts, &report, &mut |b| spool.push(b))
+                .map(|(t, gpu)| (t, Some(gpu)))
+                .map_err(trace_error)
         }
-        Format::Rocprof => {
-            rocprof::parse(&src.files, &mut |b| spool.push(b)).map_err(|(path, e)| {
-                IngestError::Trace {
-                    path,
-                    source: TraceErrorDisplay(e),
-                }
-            })
-        }
+        Format::Rocprof => rocprof::parse(&src.files, &mut |b| spool.push(b))
+            .map(|t| (t, None))
+            .map_err(|(path, e)| IngestError::Trace {
+                path,
+                source: TraceErrorDisplay(e),
+            }),
         Format::StageLog => {
             let reader = src.reader().map_err(io_error(&src.path))?;
             stagelog::parse(
@@ -367,6 +382,7 @@ fn parse_source(
                 opts.lenient,
                 &mut |b| spool.push(b),
             )
+            .map(|t| (t, None))
             .map_err(trace_error)
         }
     }
@@ -379,21 +395,29 @@ struct FinishedFile {
     redacted: usize,
 }
 
-/// Attributes, sorts and writes one parsed file; returns its staged files and metadata.
+/// Tables of a file still to read once its rows can be attributed (nsys GPU tables).
+struct GpuInput<'a> {
+    tables: nsys::GpuTables,
+    progress: &'a (dyn Fn(f64) + Sync),
+}
+
+/// Attributes, sorts and writes one parsed file (and reads its remaining GPU tables straight
+/// into parts); returns its staged files and metadata.
 fn finish_file(
     writer: &gpuq_engine::StoreWriter,
-    parsed: ParsedTrace,
+    mut parsed: ParsedTrace,
     spool: Spool,
     fallback_rank: Option<i32>,
+    gpu: Option<GpuInput<'_>>,
 ) -> Result<FinishedFile, IngestError> {
+    let host = std::mem::take(&mut parsed.host);
     let ParsedTrace {
         counters,
-        host,
         time_base_ns,
         mut top_level,
         mut warnings,
-        events,
-        kernels,
+        mut events,
+        mut kernels,
         epoch_time: parsed_epoch_time,
         ..
     } = parsed;
@@ -428,6 +452,46 @@ fn finish_file(
         .host_span
         .map(|(lo, hi)| (lo + time_base_ns, hi + time_base_ns));
     let resolver = Resolver::new(host);
+    let mut written: Vec<(StagedFile, Facts)> = Vec::new();
+    if let Some(gpu) = gpu {
+        let direct = DirectParts {
+            writer,
+            resolver: &resolver,
+            rank,
+            time_base_ns,
+            host_span,
+            pending: Mutex::new((Vec::new(), 0)),
+            written: Mutex::new(Vec::new()),
+            error: Mutex::new(None),
+        };
+        let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
+        let done = direct.finish();
+        let counts = match (counts, done) {
+            (Err(Some(e)), _) => {
+                return Err(IngestError::Trace {
+                    path: PathBuf::new(),
+                    source: TraceErrorDisplay(e),
+                })
+            }
+            (_, Err(e)) => return Err(e),
+            // Only a write error stops the reading, and it was returned above.
+            (Err(None), Ok(_)) => {
+                return Err(IngestError::Io {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("reading the GPU tables stopped"),
+                })
+            }
+            (Ok(counts), Ok(parts)) => {
+                written.extend(parts);
+                counts
+            }
+        };
+        events += counts.events;
+        kernels += counts.kernels;
+        for (k, v) in counts.warnings {
+            *warnings.entry(k).or_default() += v;
+        }
+    }
     // Parts are read from the spool a core's worth at a time; each part's batches are freed
     // once it is written, so memory stays near the spool budget plus those parts.
     let parallel = rayon::current_num_threads().max(1);
@@ -435,7 +499,6 @@ fn finish_file(
         .drain()
         .map_err(io_error(Path::new("spool")))?
         .peekable();
-    let mut written: Vec<(StagedFile, Facts)> = Vec::new();
     while batches.peek().is_some() {
         let mut groups: Vec<Vec<spool::Frame>> = Vec::with_capacity(parallel);
         while groups.len() < parallel {
@@ -514,6 +577,76 @@ fn finish_file(
         rank,
         redacted,
     })
+}
+
+/// Attributes batches as they come (from several threads) and writes them in parts of about
+/// [`PART_ROWS`] rows.
+struct DirectParts<'a> {
+    writer: &'a gpuq_engine::StoreWriter,
+    resolver: &'a Resolver,
+    rank: Option<i32>,
+    time_base_ns: i64,
+    host_span: Option<(i64, i64)>,
+    /// Attributed batches not yet written, and their rows.
+    pending: Mutex<(Vec<RecordBatch>, usize)>,
+    written: Mutex<Vec<(StagedFile, Facts)>>,
+    /// The first write error; `push` fails from then on.
+    error: Mutex<Option<IngestError>>,
+}
+
+impl DirectParts<'_> {
+    fn push(&self, batch: RecordBatch) -> Result<(), ()> {
+        if lock(&self.error).is_some() {
+            return Err(());
+        }
+        let resolved = self.resolver.resolve(&batch, self.rank, self.time_base_ns);
+        drop(batch);
+        let full = {
+            let mut pending = lock(&self.pending);
+            pending.1 += resolved.num_rows();
+            pending.0.push(resolved);
+            (pending.1 >= PART_ROWS).then(|| {
+                pending.1 = 0;
+                std::mem::take(&mut pending.0)
+            })
+        };
+        match full {
+            Some(group) => self.write(group),
+            None => Ok(()),
+        }
+    }
+
+    fn write(&self, group: Vec<RecordBatch>) -> Result<(), ()> {
+        let facts = Facts::of(&group, self.host_span);
+        match self.writer.write_part(TableKind::Events, group) {
+            Ok(file) => {
+                lock(&self.written).push((file, facts));
+                Ok(())
+            }
+            Err(e) => {
+                lock(&self.error).get_or_insert(e.into());
+                Err(())
+            }
+        }
+    }
+
+    /// Writes what is pending; the parts written, or the first error.
+    fn finish(self) -> Result<Vec<(StagedFile, Facts)>, IngestError> {
+        let rest = std::mem::take(&mut lock(&self.pending).0);
+        if !rest.is_empty() && lock(&self.error).is_none() {
+            let _ = self.write(rest);
+        }
+        if let Some(e) = lock(&self.error).take() {
+            return Err(e);
+        }
+        Ok(std::mem::take(&mut *lock(&self.written)))
+    }
+}
+
+/// A mutex's value, also after a panic elsewhere (the data stays consistent: every critical
+/// section here is a push or a take).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Span, devices and host/GPU time ranges of a file's events.

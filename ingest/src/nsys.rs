@@ -31,9 +31,10 @@ use regex::Regex;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::Mutex;
 
 /// NVTX range texts that mark training steps: `ProfilerStep#12`, `step 12`, `Step_12`,
 /// `iteration_12`, `iter 12`, `train_step[12]`. The capture group is the step number.
@@ -351,14 +352,14 @@ struct Part {
 }
 
 /// Shared, read-only context of the reading tasks.
-struct Context<'a> {
-    path: &'a Path,
+struct Context {
+    path: PathBuf,
     strings: Strings,
     memcpy_oper: HashMap<i64, String>,
     mem_kind: HashMap<i64, String>,
     /// `(pid, domainId) -> domain name`.
     domains: HashMap<(i64, i64), String>,
-    step_pattern: &'a Regex,
+    step_pattern: Regex,
 }
 
 /// One table to read, and how to turn its rows into events.
@@ -450,14 +451,14 @@ impl Source {
 
 /// Reads rows `[lo, hi)` of one table.
 fn read_range(
-    ctx: &Context<'_>,
+    ctx: &Context,
     source: Source,
     sql: &str,
     table: &'static str,
     lo: i64,
     hi: i64,
 ) -> Result<Part, TraceError> {
-    let conn = open(ctx.path)?;
+    let conn = open(&ctx.path)?;
     let mut stmt = conn.prepare(sql).map_err(sql_error(table))?;
     let mut rows = stmt.query([lo, hi]).map_err(sql_error(table))?;
     let mut part = Part::default();
@@ -794,13 +795,95 @@ fn finish_args(args: &mut String) {
     }
 }
 
-/// Parses an Nsight Systems SQLite export. `progress` gets the fraction of rows read (0..=1).
-pub fn parse(
+/// One rowid range of one table: a reading task.
+struct Task {
+    source: Source,
+    sql: String,
+    table: &'static str,
+    lo: i64,
+    hi: i64,
+}
+
+impl Task {
+    fn rows(&self) -> i64 {
+        self.hi - self.lo
+    }
+}
+
+/// What reading some of an export's tables found besides its batches.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub events: u64,
+    pub kernels: u64,
+    pub warnings: BTreeMap<String, u64>,
+}
+
+impl Counts {
+    fn add(&mut self, part: &Part) {
+        self.events += part.events;
+        self.kernels += part.kernels;
+        for (k, v) in &part.warnings {
+            *self.warnings.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    /// Adds these counts to `trace`'s.
+    pub fn add_to(self, trace: &mut ParsedTrace) {
+        trace.events += self.events;
+        trace.kernels += self.kernels;
+        for (k, v) in self.warnings {
+            *trace.warnings.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// The GPU activity tables of an export (kernels, copies, memsets, syncs), left for after
+/// [`parse_host`]: once the launches and NVTX ranges are known, their rows can be attributed
+/// and written as they are read instead of waiting in the spool.
+pub struct GpuTables {
+    ctx: Context,
+    tasks: Vec<Task>,
+    /// Rows of all tables, and rows read so far (for progress).
+    total: i64,
+    done: AtomicU64,
+}
+
+impl GpuTables {
+    /// Reads the GPU tables on all cores, handing every batch to `each` on the reading thread.
+    /// `each` returning `Err(())` stops the reading: `Err(None)` then (the caller knows why);
+    /// a read error is `Err(Some(..))`.
+    pub fn read(
+        self,
+        progress: &(dyn Fn(f64) + Sync),
+        each: &(dyn Fn(RecordBatch) -> Result<(), ()> + Sync),
+    ) -> Result<Counts, Option<TraceError>> {
+        use rayon::prelude::*;
+        let counts = Mutex::new(Counts::default());
+        self.tasks.par_iter().try_for_each(|t| {
+            let part =
+                read_range(&self.ctx, t.source, &t.sql, t.table, t.lo, t.hi).map_err(Some)?;
+            let done = self.done.fetch_add(t.rows() as u64, Ordering::Relaxed) + t.rows() as u64;
+            progress(done as f64 / self.total.max(1) as f64);
+            counts.lock().unwrap_or_else(|e| e.into_inner()).add(&part);
+            part.batches
+                .into_iter()
+                .try_for_each(each)
+                .map_err(|()| None)
+        })?;
+        Ok(counts.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Parses an Nsight Systems SQLite export's host tables (runtime API calls, NVTX ranges,
+/// profiler overhead) and metadata, handing their batches to `sink`; returns the trace with
+/// its launches and ranges, and the GPU tables still to read ([`GpuTables::read`]).
+/// `progress` gets the fraction of all rows read (0..=1).
+pub fn parse_host(
     path: &Path,
     opts: &NsysOptions,
     progress: &(dyn Fn(f64) + Sync),
     sink: &mut crate::trace::EventSink<'_>,
-) -> Result<ParsedTrace, TraceError> {
+) -> Result<(ParsedTrace, GpuTables), TraceError> {
     let conn = open(path)?;
     let is_nsys = columns_of(&conn, "StringIds")?.is_some()
         && (columns_of(&conn, "META_DATA_EXPORT")?.is_some()
@@ -812,28 +895,29 @@ pub fn parse(
         ));
     }
     let ctx = Context {
-        path,
+        path: path.to_path_buf(),
         strings: Strings::load(&conn)?,
         memcpy_oper: enum_labels(&conn, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_OPER)?,
         mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
         domains: domains(&conn)?,
-        step_pattern: &opts.step_pattern,
+        step_pattern: opts.step_pattern.clone(),
     };
     let mut trace = ParsedTrace {
         epoch_time: false,
         top_level: metadata(&conn)?,
         ..Default::default()
     };
-    // Cut every table into rowid ranges; read them on all cores.
-    let mut tasks: Vec<(Source, String, &'static str, i64, i64)> = Vec::new();
+    // Cut every table into rowid ranges, to be read on all cores.
+    let mut host_tasks: Vec<Task> = Vec::new();
+    let mut gpu_tasks: Vec<Task> = Vec::new();
     for source in [
+        Source::Runtime,
+        Source::Nvtx,
+        Source::Overhead,
         Source::Kernel,
         Source::Memcpy,
         Source::Memset,
         Source::Sync,
-        Source::Runtime,
-        Source::Nvtx,
-        Source::Overhead,
     ] {
         let Some(select) = source.select(&conn)? else {
             continue;
@@ -842,30 +926,41 @@ pub fn parse(
             continue;
         };
         let sql = select.sql();
+        let tasks = match source {
+            Source::Runtime | Source::Nvtx | Source::Overhead => &mut host_tasks,
+            Source::Kernel | Source::Memcpy | Source::Memset | Source::Sync => &mut gpu_tasks,
+        };
         let mut a = lo;
         while a <= hi {
             let b = a.saturating_add(BATCH_ROWS).min(hi.saturating_add(1));
-            tasks.push((source, sql.clone(), select.table, a, b));
+            tasks.push(Task {
+                source,
+                sql: sql.clone(),
+                table: select.table,
+                lo: a,
+                hi: b,
+            });
             a = b;
         }
     }
     drop(conn);
-    let total: i64 = tasks.iter().map(|t| t.4 - t.3).sum::<i64>().max(1);
+    let total: i64 = host_tasks.iter().chain(&gpu_tasks).map(Task::rows).sum();
     let done = AtomicU64::new(0);
     let (tx, rx) = mpsc::sync_channel::<Result<Part, TraceError>>(2 * rayon::current_num_threads());
     let mut outcome: Result<(), TraceError> = Ok(());
+    let mut counts = Counts::default();
     std::thread::scope(|scope| {
         let ctx = &ctx;
         let done = &done;
-        let tasks = &tasks;
+        let tasks = &host_tasks;
         scope.spawn(move || {
             use rayon::prelude::*;
             // Keep task order so batches arrive roughly sorted; the channel bounds memory.
             let _ = tasks.par_iter().try_for_each_with(tx, |tx, t| {
-                let part = read_range(ctx, t.0, &t.1, t.2, t.3, t.4);
+                let part = read_range(ctx, t.source, &t.sql, t.table, t.lo, t.hi);
                 let failed = part.is_err();
-                done.fetch_add((t.4 - t.3) as u64, Ordering::Relaxed);
-                progress(done.load(Ordering::Relaxed) as f64 / total as f64);
+                let n = done.fetch_add(t.rows() as u64, Ordering::Relaxed) + t.rows() as u64;
+                progress(n as f64 / total.max(1) as f64);
                 if tx.send(part).is_err() || failed {
                     return Err(());
                 }
@@ -878,11 +973,7 @@ pub fn parse(
             }
             match part {
                 Ok(p) => {
-                    trace.events += p.events;
-                    trace.kernels += p.kernels;
-                    for (k, v) in p.warnings {
-                        *trace.warnings.entry(k).or_default() += v;
-                    }
+                    counts.add(&p);
                     trace.host.absorb(p.host);
                     for b in p.batches {
                         if let Err(e) = sink(b) {
@@ -898,8 +989,15 @@ pub fn parse(
         }
     });
     outcome?;
+    counts.add_to(&mut trace);
     trace.host.correlation_per_process = true;
-    Ok(trace)
+    let gpu = GpuTables {
+        ctx,
+        tasks: gpu_tasks,
+        total,
+        done,
+    };
+    Ok((trace, gpu))
 }
 
 /// `(pid, domainId) -> name` from the NvtxDomainCreate (type 75) rows.
@@ -1087,7 +1185,8 @@ mod tests {
             row
         };
         let mut sink = |_| Ok(());
-        let err = parse(&path, &NsysOptions::default(), &|_| {}, &mut sink).unwrap_err();
+        let (_, gpu) = parse_host(&path, &NsysOptions::default(), &|_| {}, &mut sink).unwrap();
+        let err = gpu.read(&|_| {}, &|_| Ok(())).unwrap_err().unwrap();
         assert_eq!(
             err.at,
             crate::trace::Position::Row {
