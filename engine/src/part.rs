@@ -235,6 +235,14 @@ fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties 
             .set_column_dictionary_enabled(ColumnPath::from("args"), false)
             .set_column_statistics_enabled(ColumnPath::from("args"), EnabledStatistics::None);
     }
+    if table == TableKind::Events {
+        // Long texts in no particular order: their min/max never prune a query, and computing
+        // them compares the strings of every row.
+        for name in ["name", "op", "scope"] {
+            props = props
+                .set_column_statistics_enabled(ColumnPath::from(name), EnabledStatistics::None);
+        }
+    }
     props.build()
 }
 
