@@ -211,9 +211,12 @@ median5() {  # median5 NAME CMD...: 5 timed runs (wall incl. process start)
   R[$name]=$(python3 -c "import statistics,sys; v=sorted(map(float,sys.argv[1:])); print(f'{statistics.median(v)*1000:.0f} ms (min {v[0]*1000:.0f}, max {v[-1]*1000:.0f})')" "${ts[@]}")
   echo "$name: ${R[$name]}"
 }
-PQ="SELECT name, sum(dur) FROM kernels WHERE run = 'r57' GROUP BY name ORDER BY 2 DESC LIMIT 5"
+PQ_RUN="r$(( (NRUNS + 1) / 2 ))"
+PQ="SELECT name, sum(dur) FROM kernels WHERE run = '$PQ_RUN' GROUP BY name ORDER BY 2 DESC LIMIT 5"
 median5 point_query "$GPUQ" --store "$MANY" query "$PQ"
 cat "$LOG/point_query.out"
+# A point query that finds nothing would time nothing.
+grep -q '[0-9]' "$LOG/point_query.out" || err "point query on $PQ_RUN returned no rows"
 median5 runs_list "$GPUQ" --store "$MANY" runs
 echo "runs listed: $(grep -c '| r[0-9]' "$LOG/runs_list.out")"
 median5 all_runs_query "$GPUQ" --store "$MANY" query "SELECT count(*) FROM kernels"
@@ -268,7 +271,7 @@ echo "agreement gpuq vs duckdb (columns=): $(v agree_cols)   (auto): $(v agree_a
 echo "size: json $BIG_SIZE B | gpuq events/ $(v store_bytes) B | gzip -6 $(v gzip_bytes) B"
 [[ -n ${R[huge_store]:-} ]] && echo "size huge: gpuq events/ ${R[huge_store]} B"
 echo "$NRUNS-run store: built in $(v many_build) s, $(v many_bytes) B"
-echo "point query (run='r57', median of 5, incl. process start): $(v point_query)"
+echo "point query (run='$PQ_RUN', median of 5, incl. process start): $(v point_query)"
 echo "gpuq runs listing (median of 5):                         $(v runs_list)"
 echo "count(*) over all $NRUNS runs (median of 5):               $(v all_runs_query)"
 echo
