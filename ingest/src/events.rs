@@ -89,30 +89,82 @@ pub struct Event<'a> {
     pub scope: Option<&'a str>,
 }
 
-/// A nullable primitive column that stays unallocated while every value is null: a batch of
-/// host events has no device, stream, geometry or bytes, and skips their per-row work.
-struct LazyPrimitive<T: ArrowPrimitiveType> {
-    builder: Option<PrimitiveBuilder<T>>,
+/// A nullable column that stays unallocated while every value is null: a batch of host events
+/// has no device, stream, geometry or bytes, and skips their per-row work.
+struct Lazy<B> {
+    builder: Option<B>,
     len: usize,
 }
 
-impl<T: ArrowPrimitiveType> LazyPrimitive<T> {
+type LazyPrimitive<T> = Lazy<PrimitiveBuilder<T>>;
+type LazyString = Lazy<StringBuilder>;
+
+/// The builders a [`Lazy`] column can start on its first value.
+trait LazyBuilder: Sized {
+    type Value<'a>;
+    /// A builder with room for about `rows` rows.
+    fn for_rows(rows: usize) -> Self;
+    fn append_nulls(&mut self, n: usize);
+    fn append_option(&mut self, v: Option<Self::Value<'_>>);
+    fn finish(&mut self) -> ArrayRef;
+    fn nulls(len: usize) -> ArrayRef;
+}
+
+impl<T: ArrowPrimitiveType> LazyBuilder for PrimitiveBuilder<T> {
+    type Value<'a> = T::Native;
+    fn for_rows(rows: usize) -> Self {
+        PrimitiveBuilder::with_capacity(rows)
+    }
+    fn append_nulls(&mut self, n: usize) {
+        PrimitiveBuilder::append_nulls(self, n)
+    }
+    fn append_option(&mut self, v: Option<T::Native>) {
+        PrimitiveBuilder::append_option(self, v)
+    }
+    fn finish(&mut self) -> ArrayRef {
+        Arc::new(PrimitiveBuilder::finish(self))
+    }
+    fn nulls(len: usize) -> ArrayRef {
+        Arc::new(PrimitiveArray::<T>::new_null(len))
+    }
+}
+
+impl LazyBuilder for StringBuilder {
+    type Value<'a> = &'a str;
+    fn for_rows(rows: usize) -> Self {
+        StringBuilder::with_capacity(rows, rows * 32)
+    }
+    fn append_nulls(&mut self, n: usize) {
+        StringBuilder::append_nulls(self, n)
+    }
+    fn append_option(&mut self, v: Option<&str>) {
+        StringBuilder::append_option(self, v)
+    }
+    fn finish(&mut self) -> ArrayRef {
+        Arc::new(StringBuilder::finish(self))
+    }
+    fn nulls(len: usize) -> ArrayRef {
+        Arc::new(StringArray::new_null(len))
+    }
+}
+
+impl<B: LazyBuilder> Lazy<B> {
     fn new() -> Self {
-        LazyPrimitive {
+        Lazy {
             builder: None,
             len: 0,
         }
     }
 
     #[inline]
-    fn push(&mut self, v: Option<T::Native>) {
+    fn push(&mut self, v: Option<B::Value<'_>>) {
         match (&mut self.builder, v) {
             (Some(b), v) => b.append_option(v),
             (None, None) => {}
-            (None, Some(v)) => {
-                let mut b = PrimitiveBuilder::<T>::with_capacity(self.len.max(1024) * 2);
+            (None, v @ Some(_)) => {
+                let mut b = B::for_rows(self.len.max(1024) * 2);
                 b.append_nulls(self.len);
-                b.append_value(v);
+                b.append_option(v);
                 self.builder = Some(b);
             }
         }
@@ -121,46 +173,8 @@ impl<T: ArrowPrimitiveType> LazyPrimitive<T> {
 
     fn finish(self) -> ArrayRef {
         match self.builder {
-            Some(mut b) => Arc::new(b.finish()),
-            None => Arc::new(PrimitiveArray::<T>::new_null(self.len)),
-        }
-    }
-}
-
-/// [`LazyPrimitive`] for text.
-struct LazyString {
-    builder: Option<StringBuilder>,
-    len: usize,
-}
-
-impl LazyString {
-    fn new() -> Self {
-        LazyString {
-            builder: None,
-            len: 0,
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, v: Option<&str>) {
-        match (&mut self.builder, v) {
-            (Some(b), v) => b.append_option(v),
-            (None, None) => {}
-            (None, Some(v)) => {
-                let rows = self.len.max(1024) * 2;
-                let mut b = StringBuilder::with_capacity(rows, rows * 32);
-                b.append_nulls(self.len);
-                b.append_value(v);
-                self.builder = Some(b);
-            }
-        }
-        self.len += 1;
-    }
-
-    fn finish(self) -> ArrayRef {
-        match self.builder {
-            Some(mut b) => Arc::new(b.finish()),
-            None => Arc::new(StringArray::new_null(self.len)),
+            Some(mut b) => b.finish(),
+            None => B::nulls(self.len),
         }
     }
 }
