@@ -23,6 +23,10 @@
 //! Times stay on the capture's session timebase (what `nsys stats` prints), so `ts` is *not*
 //! epoch-based; the session's UTC start (`TARGET_INFO_SESSION_START_TIME.utcEpochNs`) is kept in
 //! the run metadata.
+//!
+//! Reading is in two steps: [`parse_host`] reads the host tables (runtime calls, NVTX,
+//! overhead) and returns the [`GpuTables`], which [`GpuTables::read`] reads once the launches
+//! and ranges are known, so that their rows can be attributed and written as they come.
 
 use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch, Step};
 use crate::trace::{ParsedTrace, TraceError};

@@ -8,6 +8,10 @@
 //! frame bytes they wait in memory; past it every frame goes to a file in the store's staging
 //! area and is read back in order. Peak memory is then the budget plus the parts being
 //! written, whatever the size of the trace.
+//!
+//! An Nsight Systems export skips the wait for its GPU tables: they are read after the host
+//! tables, when their launches are known, and go straight to attribution and Parquet parts
+//! (`nsys::GpuTables`, `driver::finish_file`); only its host rows are spooled.
 
 use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use datafusion::arrow::buffer::Buffer;
