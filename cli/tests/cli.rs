@@ -588,22 +588,41 @@ fn reingesting_a_stored_nsys_export_is_a_no_op() {
     let store = store_with_nsys_run(dir.path());
     let nsys = dir.path().join("r.sqlite");
     let before = snapshot(&store);
-    let o = gpuq(&store, &["ingest", nsys.to_str().unwrap(), "--run", "other"]);
+    let o = gpuq(
+        &store,
+        &["ingest", nsys.to_str().unwrap(), "--run", "other"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("already stored in run r"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("already stored in run r"),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(snapshot(&store), before);
     // A copy with one byte more is a different file: it is ingested.
     let grown = dir.path().join("grown.sqlite");
     let mut bytes = std::fs::read(&nsys).unwrap();
     bytes.push(0);
     std::fs::write(&grown, bytes).unwrap();
-    let o = gpuq(&store, &["ingest", "-q", grown.to_str().unwrap(), "--run", "grown"]);
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", grown.to_str().unwrap(), "--run", "grown"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let runs = stdout(&gpuq(
         &store,
-        &["query", "--format", "csv", "SELECT run FROM runs ORDER BY run"],
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT run FROM runs ORDER BY run",
+        ],
     ));
-    assert_eq!(runs.lines().collect::<Vec<_>>(), ["run", "grown", "r"], "{runs}");
+    assert_eq!(
+        runs.lines().collect::<Vec<_>>(),
+        ["run", "grown", "r"],
+        "{runs}"
+    );
 }
 
 /// A store under `dir` holding the small generated Nsight Systems export as run `r`.

@@ -21,8 +21,8 @@ use std::path::Path;
 pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// Sorts the rows of `batches` together by the table's sort columns (nulls first) into one
-/// batch. Only the key columns are concatenated; every other column is gathered straight into
-/// sorted order and its inputs released column by column, so memory peaks near one copy.
+/// batch. Columns are gathered into sorted order one at a time, each one's inputs released
+/// before the next, so memory peaks near one copy plus a column.
 pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<RecordBatch> {
     let schema = table.file_schema();
     let key_column = |name: &str| -> Result<ArrayRef> {
@@ -50,20 +50,21 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
         })
         .collect::<Result<Vec<_>>>()?;
     let order = sort_order(&keys)?;
-    drop(keys);
-    let mut source = Vec::with_capacity(order.len());
-    for (b, batch) in batches.iter().enumerate() {
-        source.extend((0..batch.num_rows()).map(|r| (b, r)));
-    }
-    let positions: Vec<(usize, usize)> =
-        order.values().iter().map(|&i| source[i as usize]).collect();
-    drop(source);
+    // The sort columns are concatenated already: gathered from there, not concatenated again.
+    let mut concatenated: HashMap<&str, ArrayRef> = table
+        .sort_columns()
+        .iter()
+        .copied()
+        .zip(keys.into_iter().map(|k| k.values))
+        .collect();
     let mut columns: Vec<Vec<ArrayRef>> = (0..schema.fields().len())
         .map(|c| batches.iter().map(|b| b.column(c).clone()).collect())
         .collect();
     drop(batches);
+    // (input batch, row) of each output row, for the string columns; made on first use.
+    let mut positions: Option<Vec<(usize, usize)>> = None;
     let mut sorted = Vec::with_capacity(columns.len());
-    for inputs in columns.iter_mut() {
+    for (field, inputs) in schema.fields().iter().zip(columns.iter_mut()) {
         let refs: Vec<&dyn Array> = inputs.iter().map(|a| a.as_ref()).collect();
         // A column null in every input (most columns of most sources) stays all null.
         // Strings are gathered straight from the inputs (one copy of their bytes); other
@@ -71,10 +72,19 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
         // (batch, row) pair per row and, for dictionaries, scans every row once per input
         // batch to merge them).
         let data_type = refs[0].data_type();
-        let column = if refs.iter().all(|a| a.null_count() == a.len()) {
+        let column = if let Some(all) = concatenated.remove(field.name().as_str()) {
+            compute::take(&all, &order, None)?
+        } else if refs.iter().all(|a| a.null_count() == a.len()) {
             new_null_array(data_type, order.len())
         } else if matches!(data_type, DataType::Utf8 | DataType::Binary) {
-            compute::interleave(&refs, &positions)?
+            let positions = positions.get_or_insert_with(|| {
+                let mut source = Vec::with_capacity(order.len());
+                for (b, input) in refs.iter().enumerate() {
+                    source.extend((0..input.len()).map(|r| (b, r)));
+                }
+                order.values().iter().map(|&i| source[i as usize]).collect()
+            });
+            compute::interleave(&refs, positions)?
         } else {
             compute::take(&compute::concat(&refs)?, &order, None)?
         };

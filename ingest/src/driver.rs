@@ -410,19 +410,9 @@ fn finish_file(
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
 ) -> Result<FinishedFile, IngestError> {
-    let host = std::mem::take(&mut parsed.host);
-    let ParsedTrace {
-        counters,
-        time_base_ns,
-        mut top_level,
-        mut warnings,
-        mut events,
-        mut kernels,
-        epoch_time: parsed_epoch_time,
-        ..
-    } = parsed;
-    let distributed = top_level.get("distributedInfo");
-    let rank = distributed
+    let rank = parsed
+        .top_level
+        .get("distributedInfo")
         .and_then(|d| d.get("rank"))
         .and_then(|r| {
             r.as_i64()
@@ -430,24 +420,8 @@ fn finish_file(
         })
         .map(|r| r as i32)
         .or(fallback_rank);
-    let world_size = distributed
-        .and_then(|d| d.get("world_size"))
-        .and_then(|w| w.as_i64());
-    let device_names: BTreeMap<i64, String> = top_level
-        .get("deviceProperties")
-        .and_then(|d| d.as_array())
-        .map(|list| {
-            list.iter()
-                .filter_map(|d| {
-                    Some((d.get("id")?.as_i64()?, d.get("name")?.as_str()?.to_string()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    top_level.remove("deviceProperties");
-    let mut metadata = serde_json::Value::Object(top_level);
-    let redacted = redact::redact(&mut metadata);
-
+    let time_base_ns = parsed.time_base_ns;
+    let host = std::mem::take(&mut parsed.host);
     let host_span = host
         .host_span
         .map(|(lo, hi)| (lo + time_base_ns, hi + time_base_ns));
@@ -465,8 +439,7 @@ fn finish_file(
             error: Mutex::new(None),
         };
         let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
-        let done = direct.finish();
-        let counts = match (counts, done) {
+        match (counts, direct.finish()) {
             (Err(Some(e)), _) => {
                 return Err(IngestError::Trace {
                     path: PathBuf::new(),
@@ -483,15 +456,38 @@ fn finish_file(
             }
             (Ok(counts), Ok(parts)) => {
                 written.extend(parts);
-                counts
+                counts.add_to(&mut parsed);
             }
-        };
-        events += counts.events;
-        kernels += counts.kernels;
-        for (k, v) in counts.warnings {
-            *warnings.entry(k).or_default() += v;
         }
     }
+    let ParsedTrace {
+        counters,
+        mut top_level,
+        mut warnings,
+        events,
+        kernels,
+        epoch_time: parsed_epoch_time,
+        ..
+    } = parsed;
+    let world_size = top_level
+        .get("distributedInfo")
+        .and_then(|d| d.get("world_size"))
+        .and_then(|w| w.as_i64());
+    let device_names: BTreeMap<i64, String> = top_level
+        .get("deviceProperties")
+        .and_then(|d| d.as_array())
+        .map(|list| {
+            list.iter()
+                .filter_map(|d| {
+                    Some((d.get("id")?.as_i64()?, d.get("name")?.as_str()?.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    top_level.remove("deviceProperties");
+    let mut metadata = serde_json::Value::Object(top_level);
+    let redacted = redact::redact(&mut metadata);
+
     // Parts are read from the spool a core's worth at a time; each part's batches are freed
     // once it is written, so memory stays near the spool budget plus those parts.
     let parallel = rayon::current_num_threads().max(1);

@@ -4,9 +4,9 @@
 //! They wait as [`Frame`]s: a batch as Arrow IPC without its all-null columns, compressed
 //! with lz4 (parsed columns are small integers and repetitive JSON text, so a frame is several
 //! times smaller than its batch; zstd's better ratio cost three times the CPU), encoded a
-//! core's worth at a time in parallel. Up to a memory budget of
-//! frame bytes they wait in memory; past it every frame goes to a file in the store's staging
-//! area and is read back in order. Peak memory is then the budget plus the parts being
+//! core's worth at a time in parallel. Up to a memory budget of frame bytes they wait in
+//! memory; past it every frame goes to a file in the store's staging area and is read back in
+//! order. Peak memory is then the budget plus the parts being
 //! written, whatever the size of the trace.
 //!
 //! An Nsight Systems export skips the wait for its GPU tables: they are read after the host
