@@ -69,7 +69,8 @@ impl TableKind {
     }
 }
 
-fn dict() -> DataType {
+/// The type of the text columns with few distinct values (kind, name, op, scope).
+pub fn dictionary_type() -> DataType {
     DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
 }
 
@@ -82,13 +83,14 @@ static EVENTS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f("stream", DataType::Int64, true),
         f("pid", DataType::Int64, true),
         f("tid", DataType::Int64, true),
-        f("kind", dict(), false),
-        f("name", dict(), false),
+        f("kind", dictionary_type(), false),
+        f("name", dictionary_type(), false),
         f("ts", DataType::Int64, false),
         f("dur", DataType::Int64, false),
         f("correlation", DataType::Int64, true),
-        f("op", DataType::Utf8, true),
-        f("scope", DataType::Utf8, true),
+        // Operators and scopes repeat across millions of rows: dictionaries, like names.
+        f("op", dictionary_type(), true),
+        f("scope", dictionary_type(), true),
         f("bytes", DataType::Int64, true),
         f("copy_kind", DataType::Utf8, true),
         f("grid_x", DataType::Int32, true),
@@ -108,7 +110,7 @@ static COUNTERS: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("rank", DataType::Int32, true),
         Field::new("device", DataType::Int32, true),
         Field::new("pid", DataType::Int64, true),
-        Field::new("name", dict(), false),
+        Field::new("name", dictionary_type(), false),
         Field::new("ts", DataType::Int64, false),
         Field::new("value", DataType::Float64, false),
     ]))

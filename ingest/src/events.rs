@@ -2,10 +2,11 @@
 //! (operators, annotations, launches, steps) used to attribute GPU work to the model.
 
 use datafusion::arrow::array::{
-    ArrayRef, DictionaryArray, Float64Builder, Int32Array, Int32Builder, Int64Array, Int64Builder,
-    PrimitiveArray, PrimitiveBuilder, RecordBatch, StringArray, StringBuilder,
-    StringDictionaryBuilder,
+    new_null_array, Array, ArrayRef, DictionaryArray, Float64Builder, Int32Array, Int32Builder,
+    Int64Array, Int64Builder, PrimitiveArray, PrimitiveBuilder, RecordBatch, StringArray,
+    StringBuilder, StringDictionaryBuilder,
 };
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{ArrowPrimitiveType, Int32Type, Int64Type};
 use gpuq_engine::schema::{self, TableKind};
 use std::collections::HashMap;
@@ -230,6 +231,14 @@ impl DictColumn {
     }
 }
 
+/// A text column as a dictionary; one null in every row stays a plain null column.
+fn dictionary(column: ArrayRef) -> ArrayRef {
+    if column.null_count() == column.len() {
+        return new_null_array(&schema::dictionary_type(), column.len());
+    }
+    cast(&column, &schema::dictionary_type()).expect("text casts to a dictionary")
+}
+
 /// Builders for the columns of [`schema::events_schema`].
 pub struct EventColumns {
     device: LazyPrimitive<Int32Type>,
@@ -343,8 +352,8 @@ impl EventColumns {
             Arc::new(Int64Array::from(self.ts)),
             Arc::new(Int64Array::from(self.dur)),
             self.correlation.finish(),
-            Arc::new(StringArray::new_null(n)),
-            self.scope.finish(),
+            new_null_array(&schema::dictionary_type(), n),
+            dictionary(self.scope.finish()),
             self.bytes.finish(),
             self.copy_kind.finish(),
             gx.finish(),
@@ -408,7 +417,7 @@ impl CounterColumns {
 /// Interns strings into dense ids.
 #[derive(Debug, Default)]
 pub struct Interner {
-    ids: HashMap<Arc<str>, u32>,
+    ids: HashMap<Arc<str>, u32, ahash::RandomState>,
     names: Vec<Arc<str>>,
 }
 
@@ -507,7 +516,7 @@ impl Launch {
 /// Dense ids of host threads (pid, tid).
 #[derive(Debug, Default)]
 pub struct Threads {
-    ids: HashMap<(i64, i64), u32>,
+    ids: HashMap<(i64, i64), u32, ahash::RandomState>,
     keys: Vec<(i64, i64)>,
 }
 

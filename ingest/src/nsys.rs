@@ -164,6 +164,9 @@ impl Select {
     }
 }
 
+/// NVTX domain names by `(pid, domainId)`; looked up for every NVTX row.
+type Domains = HashMap<(i64, i64), String, ahash::RandomState>;
+
 /// `StringIds` as a dense table.
 struct Strings {
     values: Vec<Option<String>>,
@@ -362,7 +365,7 @@ struct Context {
     memcpy_oper: HashMap<i64, String>,
     mem_kind: HashMap<i64, String>,
     /// `(pid, domainId) -> domain name`.
-    domains: HashMap<(i64, i64), String>,
+    domains: Domains,
     step_pattern: Regex,
 }
 
@@ -693,9 +696,10 @@ fn read_range(
                             interval_name,
                             operator.is_none(),
                         ));
-                        if let Some(step) = ctx
-                            .step_pattern
-                            .captures(name)
+                        // Most ranges are not steps: the match test alone allocates nothing.
+                        if let Some(step) = Some(name)
+                            .filter(|name| ctx.step_pattern.is_match(name))
+                            .and_then(|name| ctx.step_pattern.captures(name))
                             .and_then(|c| c.get(1))
                             .and_then(|m| m.as_str().parse::<i64>().ok())
                         {
@@ -1005,8 +1009,8 @@ pub fn parse_host(
 }
 
 /// `(pid, domainId) -> name` from the NvtxDomainCreate (type 75) rows.
-fn domains(conn: &Connection) -> Result<HashMap<(i64, i64), String>, TraceError> {
-    let mut map = HashMap::new();
+fn domains(conn: &Connection) -> Result<Domains, TraceError> {
+    let mut map = Domains::default();
     let Some(cols) = columns_of(conn, "NVTX_EVENTS")? else {
         return Ok(map);
     };

@@ -6,10 +6,13 @@
 
 use crate::events::{HostInterval, HostStructure, Kind, Launch, Step, Threads};
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int32Array, Int64Array, Int64Builder, RecordBatch, StringBuilder,
+    Array, ArrayRef, AsArray, DictionaryArray, Int32Array, Int32Builder, Int64Array, Int64Builder,
+    RecordBatch, StringArray,
 };
+use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -103,6 +106,8 @@ fn nest_parents(run: &[HostInterval], parents: &mut Vec<u32>) {
 /// (sorted, plus 4 bytes of parent index per interval), so it costs no second copy.
 pub struct Resolver {
     names: Vec<Arc<str>>,
+    /// `names` as the values of the `op` and `scope` dictionaries of every resolved batch.
+    name_values: ArrayRef,
     thread_ids: Threads,
     intervals: Vec<HostInterval>,
     parents: Vec<u32>,
@@ -170,6 +175,9 @@ impl Resolver {
         launches.shrink_to_fit();
         steps.par_sort_unstable();
         Resolver {
+            name_values: Arc::new(StringArray::from_iter_values(
+                names.names().iter().map(|n| &**n),
+            )),
             names: names.names().to_vec(),
             thread_ids,
             intervals,
@@ -206,16 +214,17 @@ impl Resolver {
         ((l.correlation, l.process()) == key).then_some(l)
     }
 
-    /// The step of process `pid` (when steps are per process) running at `t`.
-    fn step_at(&self, t: i64, pid: Option<i64>) -> Option<i64> {
+    /// The step of process `pid` (when steps are per process) running at `t`, searched from
+    /// `hint` (updated to the search position).
+    fn step_at(&self, t: i64, pid: Option<i64>, hint: &mut usize) -> Option<i64> {
         let process = if self.per_process {
             pid.unwrap_or(0)
         } else {
             0
         };
-        let idx = self
-            .steps
-            .partition_point(|s| (s.process, s.start) <= (process, t));
+        let idx =
+            partition_point_near(&self.steps, *hint, |s| (s.process, s.start) <= (process, t));
+        *hint = idx;
         let s = self.steps.get(idx.checked_sub(1)?)?;
         (s.process == process && t < s.end).then_some(s.number)
     }
@@ -240,14 +249,17 @@ impl Resolver {
         let corr = col("correlation").as_primitive::<Int64Type>();
         // Values the adapter already knows win over attribution.
         let given_step = col("step").as_primitive::<Int64Type>();
-        let given_op = col("op").as_string::<i32>();
-        let given_scope = col("scope").as_string::<i32>();
+        let given_op = col("op").as_dictionary::<Int32Type>();
+        let given_scope = col("scope").as_dictionary::<Int32Type>();
         let mut step = Int64Builder::with_capacity(n);
-        let mut op = StringBuilder::with_capacity(n, n * 8);
-        let mut scope = StringBuilder::with_capacity(n, n * 8);
+        // Keys into `name_values`, then into the texts adapters gave that follow them.
+        let mut op = Int32Builder::with_capacity(n);
+        let mut scope = Int32Builder::with_capacity(n);
+        let mut given = GivenTexts::new(self.names.len());
         // Rows come in runs of one thread and rising times (or correlation ids): every search
         // starts where the previous one of its kind ended.
         let mut launch_hint = 0;
+        let mut step_hint = 0;
         let mut last_thread: Option<((i64, i64), Option<u32>)> = None;
         let mut nest_hints: Option<(u32, usize, usize)> = None;
         for i in 0..n {
@@ -285,11 +297,11 @@ impl Resolver {
                     Some(k) => Some(self.thread_ids.keys()[k as usize].0),
                     None => (!pid.is_null(i)).then(|| pid.value(i)),
                 };
-                step.append_option(self.step_at(point, process));
+                step.append_option(self.step_at(point, process, &mut step_hint));
             }
             if given_op.is_valid(i) || given_scope.is_valid(i) {
-                op.append_option(given_op.is_valid(i).then(|| given_op.value(i)));
-                scope.append_option(given_scope.is_valid(i).then(|| given_scope.value(i)));
+                op.append_option(given.key(given_op, i));
+                scope.append_option(given.key(given_scope, i));
                 continue;
             }
             let index = thread.map(|k| &self.threads[k as usize]);
@@ -306,7 +318,7 @@ impl Resolver {
                 let nest = self.nest(ops);
                 Some(nest.intervals[nest.innermost_near(point, op_hint)?].name)
             });
-            op.append_option(op_name.map(|id| &*self.names[id as usize]));
+            op.append_option(op_name.map(|id| id as i32));
             let scope_name = index.and_then(|(_, annotations)| {
                 let nest = self.nest(annotations);
                 let mut j = nest.innermost_near(point, scope_hint)?;
@@ -325,21 +337,65 @@ impl Resolver {
                 }
                 Some(nest.intervals[j].name)
             });
-            scope.append_option(scope_name.map(|id| &*self.names[id as usize]));
+            scope.append_option(scope_name.map(|id| id as i32));
         }
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
         let schema = batch.schema();
         let idx = |name: &str| schema.index_of(name).expect("events column");
         columns[idx("rank")] = Arc::new(Int32Array::from(vec![rank; n]));
         columns[idx("step")] = Arc::new(step.finish());
-        columns[idx("op")] = Arc::new(op.finish());
-        columns[idx("scope")] = Arc::new(scope.finish());
+        let values = given.values(&self.name_values);
+        let dictionary = |mut keys: Int32Builder| -> ArrayRef {
+            Arc::new(
+                DictionaryArray::<Int32Type>::try_new(keys.finish(), values.clone())
+                    .expect("keys index the resolver's names and the given texts"),
+            )
+        };
+        columns[idx("op")] = dictionary(op);
+        columns[idx("scope")] = dictionary(scope);
         if time_base != 0 {
             columns[idx("ts")] = Arc::new(Int64Array::from_iter_values(
                 ts.values().iter().map(|v| v + time_base),
             ));
         }
         RecordBatch::try_new(schema, columns).expect("same schema")
+    }
+}
+
+/// Texts an adapter gave for `op` or `scope`, as dictionary keys that follow the resolver's
+/// names.
+struct GivenTexts<'a> {
+    first_key: usize,
+    texts: Vec<&'a str>,
+    keys: HashMap<&'a str, i32>,
+}
+
+impl<'a> GivenTexts<'a> {
+    fn new(first_key: usize) -> Self {
+        GivenTexts {
+            first_key,
+            texts: Vec::new(),
+            keys: HashMap::new(),
+        }
+    }
+
+    /// The key of row `i` of `column`, null where it is null.
+    fn key(&mut self, column: &'a DictionaryArray<Int32Type>, i: usize) -> Option<i32> {
+        let text = column.values().as_string::<i32>().value(column.key(i)?);
+        let next = (self.first_key + self.texts.len()) as i32;
+        Some(*self.keys.entry(text).or_insert_with(|| {
+            self.texts.push(text);
+            next
+        }))
+    }
+
+    /// The dictionary values: `names`, then the given texts.
+    fn values(&self, names: &ArrayRef) -> ArrayRef {
+        if self.texts.is_empty() {
+            return names.clone();
+        }
+        let texts = StringArray::from_iter_values(self.texts.iter());
+        concat(&[names.as_ref(), &texts]).expect("two text arrays concatenate")
     }
 }
 
@@ -382,6 +438,28 @@ mod tests {
         }
         let empty: Vec<i64> = Vec::new();
         assert_eq!(partition_point_near(&empty, 3, |&x| x <= 1), 0);
+    }
+
+    #[test]
+    fn given_texts_get_keys_after_the_names_and_keep_their_text() {
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["aten::mm", "## forward ##"]));
+        let given: DictionaryArray<Int32Type> =
+            vec![Some("stage"), None, Some("aten::mm"), Some("stage")]
+                .into_iter()
+                .collect();
+        let mut texts = GivenTexts::new(names.len());
+        let keys: Vec<Option<i32>> = (0..given.len()).map(|i| texts.key(&given, i)).collect();
+        assert_eq!(keys, vec![Some(2), None, Some(3), Some(2)]);
+        let values = texts.values(&names);
+        let values = values.as_string::<i32>();
+        let text = |k: Option<i32>| k.map(|k| values.value(k as usize));
+        let got: Vec<Option<&str>> = keys.iter().map(|&k| text(k)).collect();
+        assert_eq!(
+            got,
+            vec![Some("stage"), None, Some("aten::mm"), Some("stage")]
+        );
+        // Without given texts the names are the values as they are (one shared array).
+        assert!(Arc::ptr_eq(&GivenTexts::new(2).values(&names), &names));
     }
 
     #[test]
