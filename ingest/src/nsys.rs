@@ -45,6 +45,10 @@ use std::sync::Mutex;
 pub const DEFAULT_STEP_PATTERN: &str =
     r"(?i)(?:profilerstep#|step|iteration|iter)[\s_#:=\[\(-]*(\d+)\]?\)?$";
 
+/// Distinct kernel `args` texts remembered per reading task (graph node ids can make every
+/// kernel's text distinct).
+const KERNEL_ARGS_CACHED: usize = 4096;
+
 /// Rows per batch handed to the sink, and per rowid range read by one task.
 const BATCH_ROWS: i64 = 1 << 16;
 
@@ -471,6 +475,10 @@ fn read_range(
     let mut part = Part::default();
     let mut cols = EventColumns::with_capacity((hi - lo).clamp(0, BATCH_ROWS) as usize);
     let mut args = String::new();
+    // The kernels of one name mostly share their short name, context and shared memory: their
+    // `args` text (unfinished, as `finish_args` takes it) is built once per combination.
+    let mut kernel_args: HashMap<[Option<i64>; 6], String, ahash::RandomState> =
+        HashMap::default();
     // Columns by index without rusqlite's per-call checks (the SELECT fixes their number);
     // only a value of another type takes the slow path and its error.
     let int = |r: &rusqlite::Row<'_>, i: usize| -> Result<Option<i64>, TraceError> {
@@ -547,17 +555,26 @@ fn read_range(
                             (None, None) => None,
                             (s, d) => Some(s.unwrap_or(0) + d.unwrap_or(0)),
                         };
-                        args.push('{');
-                        if let Some(short) = short.and_then(|id| ctx.strings.get(id)) {
-                            args.push_str("\"short_name\":");
-                            push_json_str(&mut args, short);
-                            args.push(',');
+                        let key = [short, int(r, 9)?, s, d, int(r, 19)?, int(r, 20)?];
+                        if let Some(text) = kernel_args.get(&key) {
+                            args.push_str(text);
+                        } else {
+                            let [_, context, _, _, graph_node, green_context] = key;
+                            args.push('{');
+                            if let Some(short) = short.and_then(|id| ctx.strings.get(id)) {
+                                args.push_str("\"short_name\":");
+                                push_json_str(&mut args, short);
+                                args.push(',');
+                            }
+                            push_int_field(&mut args, "context", context);
+                            push_int_field(&mut args, "static_shared_mem", s);
+                            push_int_field(&mut args, "dynamic_shared_mem", d);
+                            push_int_field(&mut args, "graph_node", graph_node);
+                            push_int_field(&mut args, "green_context", green_context);
+                            if kernel_args.len() < KERNEL_ARGS_CACHED {
+                                kernel_args.insert(key, args.clone());
+                            }
                         }
-                        push_int_field(&mut args, "context", int(r, 9)?);
-                        push_int_field(&mut args, "static_shared_mem", s);
-                        push_int_field(&mut args, "dynamic_shared_mem", d);
-                        push_int_field(&mut args, "graph_node", int(r, 19)?);
-                        push_int_field(&mut args, "green_context", int(r, 20)?);
                     }
                     Source::Memcpy => {
                         kind = Kind::Memcpy;
