@@ -477,8 +477,7 @@ fn read_range(
     let mut args = String::new();
     // The kernels of one name mostly share their short name, context and shared memory: their
     // `args` text (unfinished, as `finish_args` takes it) is built once per combination.
-    let mut kernel_args: HashMap<[Option<i64>; 6], String, ahash::RandomState> =
-        HashMap::default();
+    let mut kernel_args: HashMap<[Option<i64>; 6], String, ahash::RandomState> = HashMap::default();
     // Columns by index without rusqlite's per-call checks (the SELECT fixes their number);
     // only a value of another type takes the slow path and its error.
     let int = |r: &rusqlite::Row<'_>, i: usize| -> Result<Option<i64>, TraceError> {
