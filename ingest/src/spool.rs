@@ -155,8 +155,13 @@ impl Frame {
         r.read_exact(&mut header)?;
         let field =
             |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        let mut bytes = vec![0u8; field(2) as usize];
-        r.read_exact(&mut bytes)?;
+        // `read_to_end` fills the capacity without zeroing it first.
+        let len = field(2) as usize;
+        // A damaged length must fail as a short read, not as an allocation of that size.
+        let mut bytes = Vec::with_capacity(len.min(1 << 28));
+        if r.take(len as u64).read_to_end(&mut bytes)? != len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         Ok(Frame {
             rows: field(0) as usize,
             ipc_len: field(1) as usize,
@@ -345,6 +350,13 @@ mod tests {
         corrupt[last] ^= 0xff;
         let f = Frame::read_from(&mut &corrupt[..], &schema).unwrap();
         assert!(f.decode().is_err(), "a damaged frame does not decode");
+        // A damaged length (bytes 16..24 of the header) is a short read, not a huge allocation.
+        let mut huge = bytes.clone();
+        huge[16..24].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+        let err = Frame::read_from(&mut &huge[..], &schema)
+            .err()
+            .expect("damaged length");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]
