@@ -368,11 +368,15 @@ pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Resu
     Ok(size)
 }
 
-/// Reads a part back as batches (compaction).
-pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+/// Reads a part of `table` back as batches of the table's file schema (compaction). Parts
+/// written before a text column became a dictionary (`op`, `scope`) read as dictionaries too.
+pub fn read_parquet(table: TableKind, path: &Path) -> Result<Vec<RecordBatch>> {
+    use datafusion::parquet::arrow::arrow_reader::{
+        ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    };
     let file = File::open(path).map_err(Error::io(path))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+    let options = ArrowReaderOptions::new().with_schema(table.file_schema());
+    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)?
         .with_batch_size(64 * 1024)
         .build()?;
     let mut out = Vec::new();
@@ -389,6 +393,71 @@ mod tests {
     use datafusion::arrow::array::{StringArray, StringDictionaryBuilder};
     use datafusion::arrow::datatypes::Int32Type;
     use std::sync::Arc;
+
+    /// Parts written before `op` and `scope` became dictionaries hold the same Parquet
+    /// columns; compaction reads them in the current schema.
+    #[test]
+    fn a_part_with_plain_text_op_and_scope_reads_in_the_current_schema() {
+        use datafusion::arrow::datatypes::{Field, Schema};
+        use datafusion::parquet::arrow::ArrowWriter;
+        let current = TableKind::Events.file_schema();
+        let old = Arc::new(Schema::new(
+            current
+                .fields()
+                .iter()
+                .map(|f| match f.name().as_str() {
+                    "op" | "scope" => Field::new(f.name(), DataType::Utf8, true),
+                    _ => f.as_ref().clone(),
+                })
+                .collect::<Vec<_>>(),
+        ));
+        let n = 3;
+        let text = |v: &str| -> ArrayRef {
+            let keys = Int32Array::from(vec![0; n]);
+            Arc::new(
+                datafusion::arrow::array::DictionaryArray::<Int32Type>::try_new(
+                    keys,
+                    Arc::new(StringArray::from(vec![v])),
+                )
+                .unwrap(),
+            )
+        };
+        let columns: Vec<ArrayRef> = old
+            .fields()
+            .iter()
+            .map(|f| -> ArrayRef {
+                match f.name().as_str() {
+                    "kind" => text("kernel"),
+                    "name" => text("gemm"),
+                    "ts" | "dur" => Arc::new(Int64Array::from(vec![1, 2, 3])),
+                    "op" => Arc::new(StringArray::from(vec![
+                        Some("aten::mm"),
+                        None,
+                        Some("aten::mm"),
+                    ])),
+                    "scope" => Arc::new(StringArray::from(vec![Some("## forward ##"); n])),
+                    _ => new_null_array(f.data_type(), n),
+                }
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.parquet");
+        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), old.clone(), None).unwrap();
+        w.write(&RecordBatch::try_new(old, columns).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        let back = read_parquet(TableKind::Events, &path).unwrap();
+        assert_eq!(back.len(), 1);
+        check_schema(TableKind::Events, &back[0]).unwrap();
+        let op = compute::cast(back[0].column_by_name("op").unwrap(), &DataType::Utf8).unwrap();
+        let op: Vec<Option<&str>> = op
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .iter()
+            .collect();
+        assert_eq!(op, vec![Some("aten::mm"), None, Some("aten::mm")]);
+    }
 
     fn counters(rows: &[(Option<i32>, &str, i64)]) -> RecordBatch {
         let mut names = StringDictionaryBuilder::<Int32Type>::new();

@@ -336,7 +336,10 @@ impl StoreWriter {
             for group in groups.into_iter().filter(|g| g.len() > 1) {
                 let mut batches = Vec::new();
                 for f in &group {
-                    batches.extend(part::read_parquet(&self.store.paths.absolute(&f.path))?);
+                    batches.extend(part::read_parquet(
+                        table,
+                        &self.store.paths.absolute(&f.path),
+                    )?);
                 }
                 staged.push(self.write_part(table, batches)?);
                 merged.extend(group.iter().map(|f| f.path.clone()));

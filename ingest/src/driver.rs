@@ -726,7 +726,7 @@ mod tests {
         let mut rows = Vec::new();
         for f in entry.files.iter().filter(|f| f.table == TableKind::Events) {
             let path = store.paths().absolute(&f.path);
-            for b in gpuq_engine::part::read_parquet(&path).unwrap() {
+            for b in gpuq_engine::part::read_parquet(f.table, &path).unwrap() {
                 let columns: Vec<_> = (0..b.num_columns())
                     .map(|c| {
                         datafusion::arrow::util::display::ArrayFormatter::try_new(

@@ -259,7 +259,7 @@ fn counter_rows(store: &Store, run: &RunId) -> Vec<(i64, i64)> {
     let m = store.manifest().unwrap();
     let mut rows = Vec::new();
     for f in &m.runs[run].files {
-        for b in part::read_parquet(&store.paths().absolute(&f.path)).unwrap() {
+        for b in part::read_parquet(f.table, &store.paths().absolute(&f.path)).unwrap() {
             let ts = b.column_by_name("ts").unwrap().as_primitive::<Int64Type>();
             let pid = b.column_by_name("pid").unwrap().as_primitive::<Int64Type>();
             rows.extend((0..b.num_rows()).map(|i| (ts.value(i), pid.value(i))));
@@ -311,7 +311,8 @@ fn many_small_appends_are_compacted_without_changing_the_rows() {
     want.sort_unstable();
     assert_eq!(counter_rows(&store, &r), want);
     // The merged file is sorted by the table's key (ts ascending within rank/device/pid).
-    let b = &part::read_parquet(&store.paths().absolute(&files[0].path)).unwrap()[0];
+    let b =
+        &part::read_parquet(files[0].table, &store.paths().absolute(&files[0].path)).unwrap()[0];
     let ts = b.column_by_name("ts").unwrap();
     let ts = ts.as_any().downcast_ref::<Int64Array>().unwrap();
     assert!(ts.values().windows(2).all(|w| w[0] <= w[1]));
