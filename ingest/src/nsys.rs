@@ -466,6 +466,8 @@ impl Source {
 /// value (three calls per value, ~9 % of an export's ingest); here an integer column costs one
 /// call, plus the type only when the value reads as 0, which is how SQLite reads NULL and text
 /// (an INTEGER column converts numeric text on insert, so text left in one is not a number).
+/// Not caught: text that only starts with digits (`12abc` reads as 12) and real numbers other
+/// than 0 (truncated); nsys writes neither.
 struct RangeRows<'c> {
     stmt: NonNull<ffi::sqlite3_stmt>,
     columns: usize,
@@ -514,8 +516,8 @@ impl<'c> RangeRows<'c> {
         unsafe { ffi::sqlite3_column_type(self.stmt.as_ptr(), i as i32) }
     }
 
-    /// Integer column `i`: `Ok(None)` for NULL, `Err(type name)` for text or a blob. (A real
-    /// number other than 0 reads truncated, as SQLite converts it; nsys stores none.)
+    /// Integer column `i`: `Ok(None)` for NULL, `Err(type name)` for text or a blob (see the
+    /// type's comment for what reads as a number anyway).
     fn int(&self, i: usize) -> Result<Option<i64>, &'static str> {
         assert!(i < self.columns, "column {i} of {}", self.columns);
         // SAFETY: `i` is a column of the statement, which is on a row.
