@@ -599,8 +599,6 @@ fn read_range(
             )
         })
     };
-    let text =
-        |r: &RangeRows<'_>, i: usize| -> Result<Option<String>, TraceError> { Ok(r.text(i)) };
     while rows.step().map_err(sql_error(table))? {
         let r = &rows;
         let rowid = int(r, 0)?.unwrap_or(-1);
@@ -775,7 +773,7 @@ fn read_range(
                     continue; // domain/category/thread naming rows
                 }
                 let end = int(r, 3)?;
-                let (text_value, text_id) = match text(r, 4)? {
+                let (text_value, text_id) = match r.text(4) {
                     Some(t) => (Some(t), None),
                     None => {
                         let id = int(r, 5)?;

@@ -105,9 +105,9 @@ fn nest_parents(run: &[HostInterval], parents: &mut Vec<u32>) {
 /// Lookup structure built once per trace file. It reuses the parsed host structure in place
 /// (sorted, plus 4 bytes of parent index per interval), so it costs no second copy.
 pub struct Resolver {
-    names: Vec<Arc<str>>,
-    /// `names` as the values of the `op` and `scope` dictionaries of every resolved batch.
-    name_values: ArrayRef,
+    /// Interval names by id; also the values of the `op` and `scope` dictionaries of every
+    /// resolved batch.
+    names: Arc<StringArray>,
     thread_ids: Threads,
     intervals: Vec<HostInterval>,
     parents: Vec<u32>,
@@ -175,10 +175,9 @@ impl Resolver {
         launches.shrink_to_fit();
         steps.par_sort_unstable();
         Resolver {
-            name_values: Arc::new(StringArray::from_iter_values(
+            names: Arc::new(StringArray::from_iter_values(
                 names.names().iter().map(|n| &**n),
             )),
-            names: names.names().to_vec(),
             thread_ids,
             intervals,
             parents,
@@ -328,7 +327,10 @@ impl Resolver {
                     let end = t + dur.value(i);
                     loop {
                         let iv = &nest.intervals[j];
-                        if iv.start == t && iv.end == end && &*self.names[iv.name as usize] == me {
+                        if iv.start == t
+                            && iv.end == end
+                            && self.names.value(iv.name as usize) == me
+                        {
                             j = nest.parent(j)?;
                         } else {
                             break;
@@ -344,7 +346,7 @@ impl Resolver {
         let idx = |name: &str| schema.index_of(name).expect("events column");
         columns[idx("rank")] = Arc::new(Int32Array::from(vec![rank; n]));
         columns[idx("step")] = Arc::new(step.finish());
-        let values = given.values(&self.name_values);
+        let values = given.values(&(self.names.clone() as ArrayRef));
         let dictionary = |mut keys: Int32Builder| -> ArrayRef {
             Arc::new(
                 DictionaryArray::<Int32Type>::try_new(keys.finish(), values.clone())
