@@ -1,7 +1,8 @@
 //! Ingesting trace files into a store as runs.
 
-use crate::events::Kind;
+use crate::events::{HostStructure, Kind};
 use crate::kineto;
+use crate::launches::LaunchIndexWriter;
 use crate::nsys;
 use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
@@ -10,7 +11,7 @@ use crate::source::{self, DetectError, Format, Source};
 use crate::spool::{self, Spool};
 use crate::stagelog;
 use crate::trace::{ParsedTrace, TraceError};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile};
 use gpuq_engine::schema::TableKind;
@@ -19,11 +20,15 @@ use gpuq_engine::{RunId, Store};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Rows per data file written.
 pub const PART_ROWS: usize = 1 << 18;
+
+/// Host rows of an Nsight Systems export attributed at a time: one time window's rows, with
+/// their ranges and launches, are what attribution holds in memory.
+pub const WINDOW_ROWS: usize = 1 << 19;
 
 /// Why an ingest failed. The store is unchanged whenever one of these is returned.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +64,8 @@ pub struct IngestOptions {
     pub tags: Vec<(String, String)>,
     pub replace: bool,
     /// Bytes of parsed events held in memory before spilling; default [`spool::DEFAULT_BUDGET`].
+    /// Also the bytes of attributed launches held (nsys); default
+    /// [`crate::launches::DEFAULT_MEMORY_BUDGET`].
     pub spool_budget: Option<usize>,
     /// Read every file as this format instead of detecting it.
     pub format: Option<Format>,
@@ -66,6 +73,9 @@ pub struct IngestOptions {
     pub step_pattern: Option<regex::Regex>,
     /// Skip (and count) unparsable lines of line-based formats instead of failing.
     pub lenient: bool,
+    /// Nsight Systems: host rows attributed at a time (a time window of the export); default
+    /// [`WINDOW_ROWS`].
+    pub window_rows: Option<usize>,
 }
 
 /// Per-file progress, for a progress bar.
@@ -287,6 +297,10 @@ fn ingest_run(
         let gpu = gpu_tables.map(|tables| GpuInput {
             tables,
             progress: &report_fraction,
+            launch_index: writer.scratch_path(&format!("launches-{position}.bin")),
+            launch_budget: opts
+                .spool_budget
+                .unwrap_or(crate::launches::DEFAULT_MEMORY_BUDGET),
         });
         let file =
             finish_file(&writer, parsed, spool, fallback_rank, gpu).map_err(|e| match e {
@@ -365,7 +379,13 @@ fn parse_source(
                 nsys_opts.step_pattern = p.clone();
             }
             let report = |fraction: f64| progress.bytes((fraction * src.size as f64) as u64);
-            nsys::parse_host(&src.path, &nsys_opts, &report, &mut |b| spool.push(b))
+            let export = nsys::Export::open(&src.path, &nsys_opts).map_err(trace_error)?;
+            let windows = export
+                .windows(opts.window_rows.unwrap_or(WINDOW_ROWS))
+                .map_err(trace_error)?;
+            spool.set_windows(windows);
+            export
+                .read_host(&report, &mut |b| spool.push(b))
                 .map(|(t, gpu)| (t, Some(gpu)))
                 .map_err(trace_error)
         }
@@ -399,6 +419,9 @@ struct FinishedFile {
 struct GpuInput<'a> {
     tables: nsys::GpuTables,
     progress: &'a (dyn Fn(f64) + Sync),
+    /// Scratch file of the attributed launches, and their bytes held in memory before it.
+    launch_index: PathBuf,
+    launch_budget: usize,
 }
 
 /// Attributes, sorts and writes one parsed file (and reads its remaining GPU tables straight
@@ -425,39 +448,29 @@ fn finish_file(
     let host_span = host
         .host_span
         .map(|(lo, hi)| (lo + time_base_ns, hi + time_base_ns));
-    let resolver = Resolver::new(host);
     let mut written: Vec<(StagedFile, Facts)> = Vec::new();
-    if let Some(gpu) = gpu {
-        let direct = DirectParts {
-            writer,
-            resolver: &resolver,
-            rank,
-            time_base_ns,
-            host_span,
-            pending: Mutex::new((Vec::new(), 0)),
-            written: Mutex::new(Vec::new()),
-            error: Mutex::new(None),
-        };
-        let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
-        match (counts, direct.finish()) {
-            (Err(Some(e)), _) => {
-                return Err(IngestError::Trace {
-                    path: PathBuf::new(),
-                    source: TraceErrorDisplay(e),
-                })
-            }
-            (_, Err(e)) => return Err(e),
-            // Only a write error stops the reading, and it was returned above.
-            (Err(None), Ok(_)) => {
-                return Err(IngestError::Io {
-                    path: PathBuf::new(),
-                    source: std::io::Error::other("reading the GPU tables stopped"),
-                })
-            }
-            (Ok(counts), Ok(parts)) => {
-                written.extend(parts);
-                counts.add_to(&mut parsed);
-            }
+    let ctx = PartContext {
+        writer,
+        rank,
+        time_base_ns,
+        host_span,
+    };
+    match gpu {
+        Some(gpu) => {
+            let (parts, counts) = write_windowed(&ctx, host, spool, gpu)?;
+            written.extend(parts);
+            counts.add_to(&mut parsed);
+        }
+        None => {
+            let resolver = Resolver::new(host);
+            let frames = spool.drain().map_err(io_error(Path::new("spool")))?;
+            let parallel = rayon::current_num_threads().max(1);
+            written.extend(ctx.write_parts(
+                &resolver,
+                part_groups(frames),
+                |f| f.decode(),
+                parallel,
+            )?);
         }
     }
     let ParsedTrace {
@@ -488,45 +501,6 @@ fn finish_file(
     let mut metadata = serde_json::Value::Object(top_level);
     let redacted = redact::redact(&mut metadata);
 
-    // Parts are read from the spool a core's worth at a time; each part's batches are freed
-    // once it is written, so memory stays near the spool budget plus those parts.
-    let parallel = rayon::current_num_threads().max(1);
-    let mut batches = spool
-        .drain()
-        .map_err(io_error(Path::new("spool")))?
-        .peekable();
-    while batches.peek().is_some() {
-        let mut groups: Vec<Vec<spool::Frame>> = Vec::with_capacity(parallel);
-        while groups.len() < parallel {
-            let mut group = Vec::new();
-            let mut rows = 0;
-            while let Some(next) = batches
-                .next_if(|f| rows == 0 || f.as_ref().map_or(true, |f| rows + f.rows() <= PART_ROWS))
-            {
-                let f = next.map_err(io_error(Path::new("spool")))?;
-                rows += f.rows();
-                group.push(f);
-            }
-            if group.is_empty() {
-                break;
-            }
-            groups.push(group);
-        }
-        let done = groups
-            .into_par_iter()
-            .map(|group| -> Result<(StagedFile, Facts), IngestError> {
-                let resolved = group
-                    .iter()
-                    .map(|f| Ok(resolver.resolve(&f.decode()?, rank, time_base_ns)))
-                    .collect::<std::io::Result<Vec<RecordBatch>>>()
-                    .map_err(io_error(Path::new("spool")))?;
-                drop(group);
-                let facts = Facts::of(&resolved, host_span);
-                Ok((writer.write_part(TableKind::Events, resolved)?, facts))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        written.extend(done);
-    }
     let mut facts = Facts::default();
     let mut staged = Vec::with_capacity(written.len() + 1);
     for (file, f) in written {
@@ -575,14 +549,277 @@ fn finish_file(
     })
 }
 
-/// Attributes batches as they come (from several threads) and writes them in parts of about
-/// [`PART_ROWS`] rows.
-struct DirectParts<'a> {
+/// Where and how one file's parts are written.
+struct PartContext<'a> {
     writer: &'a gpuq_engine::StoreWriter,
-    resolver: &'a Resolver,
     rank: Option<i32>,
     time_base_ns: i64,
     host_span: Option<(i64, i64)>,
+}
+
+impl PartContext<'_> {
+    /// Attributes and writes each group of `groups` (spool frames or batches) as a part,
+    /// `parallel` parts at a time; each part's batches are freed once it is written, so
+    /// memory stays near that of the parts in flight.
+    fn write_parts<T: Send>(
+        &self,
+        resolver: &Resolver,
+        groups: impl Iterator<Item = std::io::Result<Vec<T>>>,
+        batch: impl Fn(&T) -> std::io::Result<RecordBatch> + Sync,
+        parallel: usize,
+    ) -> Result<Vec<(StagedFile, Facts)>, IngestError> {
+        let mut groups = groups.peekable();
+        let mut written = Vec::new();
+        while groups.peek().is_some() {
+            let round = groups
+                .by_ref()
+                .take(parallel)
+                .collect::<std::io::Result<Vec<Vec<T>>>>()
+                .map_err(io_error(Path::new("spool")))?;
+            let done = round
+                .into_par_iter()
+                .map(|group| -> Result<(StagedFile, Facts), IngestError> {
+                    let resolved = group
+                        .iter()
+                        .map(|item| resolver.resolve(&batch(item)?, self.rank, self.time_base_ns))
+                        .collect::<std::io::Result<Vec<RecordBatch>>>()
+                        .map_err(io_error(Path::new("spool")))?;
+                    drop(group);
+                    let facts = Facts::of(&resolved, self.host_span);
+                    Ok((self.writer.write_part(TableKind::Events, resolved)?, facts))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            written.extend(done);
+        }
+        Ok(written)
+    }
+}
+
+/// Consecutive spool frames in groups of at most [`PART_ROWS`] rows (or one larger frame).
+fn part_groups(
+    frames: impl Iterator<Item = std::io::Result<spool::Frame>>,
+) -> impl Iterator<Item = std::io::Result<Vec<spool::Frame>>> {
+    let mut frames = frames.peekable();
+    std::iter::from_fn(move || {
+        let mut group = Vec::new();
+        let mut rows = 0;
+        while let Some(next) = frames
+            .next_if(|f| rows == 0 || f.as_ref().map_or(true, |f| rows + f.rows() <= PART_ROWS))
+        {
+            match next {
+                Ok(f) => {
+                    rows += f.rows();
+                    group.push(f);
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        (!group.is_empty()).then_some(Ok(group))
+    })
+}
+
+/// A window's batches in parts: about [`PART_ROWS`] rows each, as many as make an even
+/// round for the cores, each of about the same rows.
+fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let cores = rayon::current_num_threads().max(1);
+    let count = match (total + PART_ROWS / 2) / PART_ROWS {
+        0 | 1 => 1,
+        n => n.next_multiple_of(cores),
+    };
+    let mut groups: Vec<Vec<RecordBatch>> = Vec::with_capacity(count);
+    let mut group = Vec::new();
+    let mut done = 0;
+    for b in batches {
+        done += b.num_rows();
+        group.push(b);
+        // Close the group once the rows so far reach its share of the total.
+        if done * count >= total * (groups.len() + 1) {
+            groups.push(std::mem::take(&mut group));
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
+}
+
+/// What attributing an export's host rows window by window carries from one window to the next.
+struct WindowState {
+    windows: spool::Windows,
+    /// Names and threads of all windows so far; the ranges still open.
+    host: HostStructure,
+    /// `host.names` as the resolvers' dictionary values.
+    names_array: Arc<StringArray>,
+    steps: Vec<crate::events::Step>,
+    per_process: bool,
+    launches: LaunchIndexWriter,
+    launch_index: PathBuf,
+}
+
+impl WindowState {
+    /// Window `w`'s rows and its resolver (which attributed the window's launches into the
+    /// index); windows are prepared in order. Keeps the ranges still open at the next
+    /// window's start for it.
+    fn prepare(&mut self, w: usize) -> Result<(Vec<RecordBatch>, Resolver), IngestError> {
+        let frames = self.windows.take(w).map_err(io_error(Path::new("spool")))?;
+        let batches = frames
+            .par_iter()
+            .map(spool::Frame::decode)
+            .collect::<std::io::Result<Vec<RecordBatch>>>()
+            .map_err(io_error(Path::new("spool")))?;
+        drop(frames);
+        for b in &batches {
+            nsys::host_structure(b, &mut self.host);
+        }
+        if self.host.names.names().len() != self.names_array.len() {
+            self.names_array = Arc::new(StringArray::from_iter_values(
+                self.host.names.names().iter().map(|n| &**n),
+            ));
+        }
+        let mut resolver = Resolver::window(
+            self.names_array.clone(),
+            self.host.threads.clone(),
+            std::mem::take(&mut self.host.intervals),
+            std::mem::take(&mut self.host.launches),
+            self.steps.clone(),
+            self.per_process,
+        );
+        self.launches
+            .push_run(&resolver.take_launches())
+            .map_err(io_error(&self.launch_index))?;
+        // The ranges still open go on to the process's next window.
+        let starts = self.windows.starts();
+        if let Some(&(_, next)) = starts.get(w + 1).filter(|n| n.0 == starts[w].0) {
+            self.host.intervals = resolver.open_intervals(next);
+        }
+        Ok((batches, resolver))
+    }
+}
+
+/// Attributes and writes an Nsight Systems export whose host rows wait in `spool` by time
+/// window, then reads and writes its GPU tables. Each window is attributed with its own
+/// ranges and those still open from earlier windows, and its launches go to a
+/// [`LaunchIndex`] on disk, where the GPU rows look them up: memory holds one window, not the
+/// whole export's ranges and launches.
+fn write_windowed(
+    ctx: &PartContext<'_>,
+    host: HostStructure,
+    spool: Spool,
+    gpu: GpuInput<'_>,
+) -> Result<(Vec<(StagedFile, Facts)>, nsys::Counts), IngestError> {
+    let HostStructure {
+        names,
+        threads,
+        steps,
+        correlation_per_process,
+        ..
+    } = host;
+    let mut state = WindowState {
+        windows: spool.into_windows().map_err(io_error(Path::new("spool")))?,
+        host: HostStructure {
+            names,
+            threads,
+            ..Default::default()
+        },
+        names_array: Arc::new(StringArray::from(Vec::<&str>::new())),
+        steps,
+        per_process: correlation_per_process,
+        launches: LaunchIndexWriter::new(gpu.launch_index.clone(), gpu.launch_budget),
+        launch_index: gpu.launch_index.clone(),
+    };
+    // Windows are prepared (decoded, their ranges sorted and launches attributed: mostly
+    // serial work) on a thread of their own, one ahead of the window being written, so that
+    // the writing never waits for it.
+    let mut written = Vec::new();
+    let state = std::thread::scope(|scope| -> Result<WindowState, IngestError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(0);
+        let preparer = scope.spawn(move || -> Result<WindowState, IngestError> {
+            for w in 0..state.windows.len() {
+                let prepared = state.prepare(w)?;
+                if tx.send(prepared).is_err() {
+                    break; // the writer failed; it reports why
+                }
+            }
+            Ok(state)
+        });
+        let mut write_error = None;
+        for (batches, resolver) in rx {
+            let groups = window_groups(batches);
+            let parallel = groups.len();
+            match ctx.write_parts(
+                &resolver,
+                groups.into_iter().map(Ok),
+                |b| Ok(b.clone()),
+                parallel,
+            ) {
+                Ok(parts) => written.extend(parts),
+                Err(e) => {
+                    write_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let state = preparer.join().unwrap_or_else(|_| {
+            Err(IngestError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other("the window thread panicked"),
+            })
+        });
+        match write_error {
+            Some(e) => Err(e),
+            None => state,
+        }
+    })?;
+    let WindowState {
+        host,
+        names_array,
+        steps,
+        per_process,
+        launches,
+        ..
+    } = state;
+    let index = launches.finish().map_err(io_error(&gpu.launch_index))?;
+    let resolver = Resolver::window(
+        names_array,
+        host.threads,
+        Vec::new(),
+        Vec::new(),
+        steps,
+        per_process,
+    )
+    .with_launch_index(index);
+    let direct = DirectParts {
+        ctx,
+        resolver: &resolver,
+        pending: Mutex::new((Vec::new(), 0)),
+        written: Mutex::new(Vec::new()),
+        error: Mutex::new(None),
+    };
+    let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
+    match (counts, direct.finish()) {
+        (Err(Some(e)), _) => Err(IngestError::Trace {
+            path: PathBuf::new(),
+            source: TraceErrorDisplay(e),
+        }),
+        (_, Err(e)) => Err(e),
+        // Only a write error stops the reading, and it was returned above.
+        (Err(None), Ok(_)) => Err(IngestError::Io {
+            path: PathBuf::new(),
+            source: std::io::Error::other("reading the GPU tables stopped"),
+        }),
+        (Ok(counts), Ok(parts)) => {
+            written.extend(parts);
+            Ok((written, counts))
+        }
+    }
+}
+
+/// Attributes batches as they come (from several threads) and writes them in parts of about
+/// [`PART_ROWS`] rows.
+struct DirectParts<'a> {
+    ctx: &'a PartContext<'a>,
+    resolver: &'a Resolver,
     /// Attributed batches not yet written, and their rows.
     pending: Mutex<(Vec<RecordBatch>, usize)>,
     written: Mutex<Vec<(StagedFile, Facts)>>,
@@ -595,7 +832,19 @@ impl DirectParts<'_> {
         if lock(&self.error).is_some() {
             return Err(());
         }
-        let resolved = self.resolver.resolve(&batch, self.rank, self.time_base_ns);
+        let resolved = match self
+            .resolver
+            .resolve(&batch, self.ctx.rank, self.ctx.time_base_ns)
+        {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                lock(&self.error).get_or_insert(IngestError::Io {
+                    path: PathBuf::from("launch index"),
+                    source: e,
+                });
+                return Err(());
+            }
+        };
         drop(batch);
         let full = {
             let mut pending = lock(&self.pending);
@@ -613,8 +862,8 @@ impl DirectParts<'_> {
     }
 
     fn write(&self, group: Vec<RecordBatch>) -> Result<(), ()> {
-        let facts = Facts::of(&group, self.host_span);
-        match self.writer.write_part(TableKind::Events, group) {
+        let facts = Facts::of(&group, self.ctx.host_span);
+        match self.ctx.writer.write_part(TableKind::Events, group) {
             Ok(file) => {
                 lock(&self.written).push((file, facts));
                 Ok(())
@@ -774,6 +1023,64 @@ mod tests {
         }
         assert!(rows[0].len() > 100, "{} rows", rows[0].len());
         assert_eq!(rows[0], rows[1]);
+    }
+
+    /// An nsys export attributed in many small time windows (ranges open across windows,
+    /// launches looked up in many runs) stores exactly what one window stores.
+    #[test]
+    fn nsys_rows_attributed_in_time_windows_equal_those_of_one_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("report.sqlite");
+        crate::synth_nsys::write_nsys(&crate::synth_nsys::NsysConfig::small(), &export).unwrap();
+        let mut rows = Vec::new();
+        for (store_dir, window_rows, budget) in [
+            ("one", None, None),
+            ("many", Some(300), None),
+            ("spilled", Some(1000), Some(0)),
+        ] {
+            let store = Store::open(dir.path().join(store_dir)).unwrap();
+            let opts = IngestOptions {
+                run: Some(RunId::new("r").unwrap()),
+                window_rows,
+                spool_budget: budget,
+                ..Default::default()
+            };
+            ingest(&store, std::slice::from_ref(&export), &opts, &NoProgress).unwrap();
+            rows.push(stored_rows(&store, "r"));
+            let staging = std::fs::read_dir(store.paths().staging_dir())
+                .map(|d| d.count())
+                .unwrap_or(0);
+            assert_eq!(staging, 0, "{store_dir}: scratch files are removed");
+        }
+        assert!(rows[0].len() > 5000, "{} rows", rows[0].len());
+        // The comparison means something only if kernels carry an operator, a scope and a step.
+        let schema = TableKind::Events.file_schema();
+        let col = |name: &str| schema.index_of(name).unwrap();
+        let attributed = rows[0]
+            .iter()
+            .map(|r| r.split('|').collect::<Vec<_>>())
+            .filter(|f| f[col("kind")] == "kernel")
+            .filter(|f| !f[col("op")].is_empty() && !f[col("scope")].is_empty())
+            .filter(|f| !f[col("step")].is_empty())
+            .count();
+        assert!(attributed > 1000, "{attributed} attributed kernels");
+        for (other, what) in [
+            (1, "windows of 300 rows"),
+            (2, "spilled windows of 1000 rows"),
+        ] {
+            let differing: Vec<_> = rows[0]
+                .iter()
+                .zip(&rows[other])
+                .filter(|(a, b)| a != b)
+                .collect();
+            assert_eq!(rows[0].len(), rows[other].len(), "{what}");
+            assert!(
+                differing.is_empty(),
+                "{what}: {} rows differ, first: {:?}",
+                differing.len(),
+                differing[0]
+            );
+        }
     }
 
     #[test]

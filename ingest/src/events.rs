@@ -489,9 +489,6 @@ pub struct Launch {
     pub ts: i64,
     /// Id in [`HostStructure::threads`].
     pub thread: u32,
-    /// Rank of the launching process among the trace's processes (set by the resolver, which
-    /// sorts launches by it; it fills otherwise unused padding).
-    process: u32,
 }
 
 impl Launch {
@@ -500,21 +497,12 @@ impl Launch {
             correlation,
             ts,
             thread,
-            process: 0,
         }
-    }
-
-    pub fn process(&self) -> u32 {
-        self.process
-    }
-
-    pub(crate) fn set_process(&mut self, process: u32) {
-        self.process = process;
     }
 }
 
 /// Dense ids of host threads (pid, tid).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Threads {
     ids: HashMap<(i64, i64), u32, ahash::RandomState>,
     keys: Vec<(i64, i64)>,

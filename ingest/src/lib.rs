@@ -9,6 +9,7 @@ pub mod driver;
 pub mod events;
 pub mod json;
 pub mod kineto;
+pub mod launches;
 pub mod nsys;
 pub mod redact;
 pub mod resolve;

@@ -24,9 +24,11 @@
 //! epoch-based; the session's UTC start (`TARGET_INFO_SESSION_START_TIME.utcEpochNs`) is kept in
 //! the run metadata.
 //!
-//! Reading is in two steps: [`parse_host`] reads the host tables (runtime calls, NVTX,
+//! Reading is in two steps: [`Export::read_host`] reads the host tables (runtime calls, NVTX,
 //! overhead) and returns the [`GpuTables`], which [`GpuTables::read`] reads once the launches
-//! and ranges are known, so that their rows can be attributed and written as they come.
+//! are attributed, so that their rows can be attributed and written as they come. The host
+//! rows can be attributed a time window at a time ([`Export::time_windows`],
+//! [`host_structure`]), so memory does not grow with the export.
 
 use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch, Step};
 use crate::trace::{ParsedTrace, TraceError};
@@ -761,10 +763,6 @@ fn read_range(
                     name_key(NameSpace::ApiName, name_id),
                 );
                 part.host.extend_host_span(start, end);
-                if let (Some(c), Some(p), Some(t)) = (correlation, pid, tid) {
-                    let thread = part.host.threads.intern(p, t);
-                    part.host.launches.push(Launch::new(c, start, thread));
-                }
             }
             Source::Nvtx => {
                 let event_type = int(r, 2)?.unwrap_or(-1);
@@ -799,15 +797,6 @@ fn read_range(
                     (false, _) => (Kind::Instant, 0),
                     (true, Some(end)) => {
                         let operator = operator_name(name);
-                        let thread = part.host.threads.intern(pid.unwrap_or(0), tid.unwrap_or(0));
-                        let interval_name = part.host.names.intern(operator.unwrap_or(name));
-                        part.host.intervals.push(HostInterval::new(
-                            thread,
-                            start,
-                            end,
-                            interval_name,
-                            operator.is_none(),
-                        ));
                         // Most ranges are not steps: the match test alone allocates nothing.
                         if let Some(step) = Some(name)
                             .filter(|name| ctx.step_pattern.is_match(name))
@@ -958,7 +947,7 @@ impl Counts {
 }
 
 /// The GPU activity tables of an export (kernels, copies, memsets, syncs), left for after
-/// [`parse_host`]: once the launches and NVTX ranges are known, their rows can be attributed
+/// [`Export::read_host`]: once the launches and NVTX ranges are known, their rows can be attributed
 /// and written as they are read instead of waiting in the spool.
 pub struct GpuTables {
     ctx: Context,
@@ -994,130 +983,320 @@ impl GpuTables {
     }
 }
 
-/// Parses an Nsight Systems SQLite export's host tables (runtime API calls, NVTX ranges,
-/// profiler overhead) and metadata, handing their batches to `sink`; returns the trace with
-/// its launches and ranges, and the GPU tables still to read ([`GpuTables::read`]).
-/// `progress` gets the fraction of all rows read (0..=1).
-pub fn parse_host(
-    path: &Path,
-    opts: &NsysOptions,
-    progress: &(dyn Fn(f64) + Sync),
-    sink: &mut crate::trace::EventSink<'_>,
-) -> Result<(ParsedTrace, GpuTables), TraceError> {
-    let conn = open(path)?;
-    let is_nsys = columns_of(&conn, "StringIds")?.is_some()
-        && (columns_of(&conn, "META_DATA_EXPORT")?.is_some()
-            || columns_of(&conn, "CUPTI_ACTIVITY_KIND_RUNTIME")?.is_some()
-            || columns_of(&conn, "NVTX_EVENTS")?.is_some());
-    if !is_nsys {
-        return Err(TraceError::whole(
-            "a SQLite database, but not an Nsight Systems export (no StringIds / META_DATA_EXPORT / CUPTI tables)",
-        ));
-    }
-    let ctx = Context {
-        path: path.to_path_buf(),
-        strings: Strings::load(&conn)?,
-        memcpy_oper: enum_labels(&conn, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_OPER)?,
-        mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
-        domains: domains(&conn)?,
-        step_pattern: opts.step_pattern.clone(),
-    };
-    let mut trace = ParsedTrace {
-        epoch_time: false,
-        top_level: metadata(&conn)?,
-        ..Default::default()
-    };
-    // Cut every table into rowid ranges, to be read on all cores.
-    let mut host_tasks: Vec<Task> = Vec::new();
-    let mut gpu_tasks: Vec<Task> = Vec::new();
-    for source in [
-        Source::Runtime,
-        Source::Nvtx,
-        Source::Overhead,
-        Source::Kernel,
-        Source::Memcpy,
-        Source::Memset,
-        Source::Sync,
-    ] {
-        let Some(select) = source.select(&conn)? else {
-            continue;
-        };
-        let Some((lo, hi)) = select.rowid_range(&conn)? else {
-            continue;
-        };
-        let sql = select.sql();
-        let tasks = match source {
-            Source::Runtime | Source::Nvtx | Source::Overhead => &mut host_tasks,
-            Source::Kernel | Source::Memcpy | Source::Memset | Source::Sync => &mut gpu_tasks,
-        };
-        let mut a = lo;
-        while a <= hi {
-            let b = a.saturating_add(BATCH_ROWS).min(hi.saturating_add(1));
-            tasks.push(Task {
-                source,
-                sql: sql.clone(),
-                table: select.table,
-                lo: a,
-                hi: b,
-            });
-            a = b;
+/// An opened Nsight Systems export, its tables cut into reading tasks.
+pub struct Export {
+    ctx: Context,
+    trace: ParsedTrace,
+    host_tasks: Vec<Task>,
+    gpu_tasks: Vec<Task>,
+}
+
+impl Export {
+    /// Opens an export and reads its metadata; fails on anything that is not one.
+    pub fn open(path: &Path, opts: &NsysOptions) -> Result<Export, TraceError> {
+        let conn = open(path)?;
+        let is_nsys = columns_of(&conn, "StringIds")?.is_some()
+            && (columns_of(&conn, "META_DATA_EXPORT")?.is_some()
+                || columns_of(&conn, "CUPTI_ACTIVITY_KIND_RUNTIME")?.is_some()
+                || columns_of(&conn, "NVTX_EVENTS")?.is_some());
+        if !is_nsys {
+            return Err(TraceError::whole(
+                "a SQLite database, but not an Nsight Systems export (no StringIds / META_DATA_EXPORT / CUPTI tables)",
+            ));
         }
+        let ctx = Context {
+            path: path.to_path_buf(),
+            strings: Strings::load(&conn)?,
+            memcpy_oper: enum_labels(&conn, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_OPER)?,
+            mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
+            domains: domains(&conn)?,
+            step_pattern: opts.step_pattern.clone(),
+        };
+        let trace = ParsedTrace {
+            epoch_time: false,
+            top_level: metadata(&conn)?,
+            ..Default::default()
+        };
+        // Cut every table into rowid ranges, to be read on all cores.
+        let mut host_tasks: Vec<Task> = Vec::new();
+        let mut gpu_tasks: Vec<Task> = Vec::new();
+        for source in [
+            Source::Runtime,
+            Source::Nvtx,
+            Source::Overhead,
+            Source::Kernel,
+            Source::Memcpy,
+            Source::Memset,
+            Source::Sync,
+        ] {
+            let Some(select) = source.select(&conn)? else {
+                continue;
+            };
+            let Some((lo, hi)) = select.rowid_range(&conn)? else {
+                continue;
+            };
+            let sql = select.sql();
+            let tasks = match source {
+                Source::Runtime | Source::Nvtx | Source::Overhead => &mut host_tasks,
+                Source::Kernel | Source::Memcpy | Source::Memset | Source::Sync => &mut gpu_tasks,
+            };
+            let mut a = lo;
+            while a <= hi {
+                let b = a.saturating_add(BATCH_ROWS).min(hi.saturating_add(1));
+                tasks.push(Task {
+                    source,
+                    sql: sql.clone(),
+                    table: select.table,
+                    lo: a,
+                    hi: b,
+                });
+                a = b;
+            }
+        }
+        Ok(Export {
+            ctx,
+            trace,
+            host_tasks,
+            gpu_tasks,
+        })
     }
-    drop(conn);
-    let total: i64 = host_tasks.iter().chain(&gpu_tasks).map(Task::rows).sum();
-    let done = AtomicU64::new(0);
-    let (tx, rx) = mpsc::sync_channel::<Result<Part, TraceError>>(2 * rayon::current_num_threads());
-    let mut outcome: Result<(), TraceError> = Ok(());
-    let mut counts = Counts::default();
-    std::thread::scope(|scope| {
-        let ctx = &ctx;
-        let done = &done;
-        let tasks = &host_tasks;
-        scope.spawn(move || {
-            use rayon::prelude::*;
-            // Keep task order so batches arrive roughly sorted; the channel bounds memory.
-            let _ = tasks.par_iter().try_for_each_with(tx, |tx, t| {
-                let part = read_range(ctx, t.source, &t.sql, t.table, t.lo, t.hi);
-                let failed = part.is_err();
-                let n = done.fetch_add(t.rows() as u64, Ordering::Relaxed) + t.rows() as u64;
-                progress(n as f64 / total.max(1) as f64);
-                if tx.send(part).is_err() || failed {
-                    return Err(());
+
+    /// Windows that split the host rows (runtime calls, NVTX, overhead) into parts of about
+    /// `rows` rows, for [`crate::spool::Spool::set_windows`]: each process's rows in time
+    /// windows of their own, so that a window holds one process; processes with few rows
+    /// join the window before them. None when the rows are fewer than `rows`. Where rows
+    /// are is estimated from their process and start at evenly spaced rowids of each table
+    /// (a few thousand row lookups).
+    pub fn windows(&self, rows: usize) -> Result<Vec<(i64, i64)>, TraceError> {
+        const SAMPLES: i64 = 4096;
+        let rows = rows.max(1) as f64;
+        let total: i64 = self.host_tasks.iter().map(Task::rows).sum();
+        if total as f64 <= rows {
+            return Ok(Vec::new());
+        }
+        let conn = open(&self.ctx.path)?;
+        let mut tables: Vec<(&str, i64, i64)> = Vec::new();
+        for t in &self.host_tasks {
+            match tables.iter_mut().find(|(name, _, _)| *name == t.table) {
+                Some(entry) => entry.2 = entry.2.max(t.hi),
+                None => tables.push((t.table, t.lo, t.hi)),
+            }
+        }
+        // By process (`i64::MIN`: none): sampled starts, each standing for the rows of its
+        // table up to the next sample.
+        let mut samples: BTreeMap<i64, Vec<(i64, f64)>> = BTreeMap::new();
+        for (table, lo, hi) in tables {
+            let has_thread =
+                columns_of(&conn, table)?.is_some_and(|cols| cols.iter().any(|c| c == "globalTid"));
+            let thread = if has_thread { "globalTid" } else { "NULL" };
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT start, {thread} FROM {table} WHERE rowid = ?1"
+                ))
+                .map_err(sql_error(table))?;
+            let stride = ((hi - lo) / SAMPLES).max(1);
+            let mut rowid = lo;
+            while rowid < hi {
+                let sample = stmt
+                    .query_row([rowid], |r| {
+                        Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?))
+                    })
+                    .map(Some)
+                    .or_else(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                        e => Err(e),
+                    })
+                    .map_err(sql_error(table))?;
+                if let Some((Some(start), thread)) = sample {
+                    let process = thread.map_or(i64::MIN, pid_of);
+                    let weight = stride.min(hi - rowid) as f64;
+                    samples.entry(process).or_default().push((start, weight));
                 }
-                Ok(())
-            });
-        });
-        for part in rx.iter() {
-            if outcome.is_err() {
+                rowid += stride;
+            }
+        }
+        let mut starts: Vec<(i64, i64)> = vec![(i64::MIN, i64::MIN)];
+        // Estimated rows of the last window so far.
+        let mut last_window = 0.0;
+        for (process, mut times) in samples {
+            let weight: f64 = times.iter().map(|&(_, w)| w).sum();
+            if last_window + weight <= rows * 1.5 {
+                // Few rows: they join the window before (rows without a process: the first).
+                last_window += weight;
                 continue;
             }
-            match part {
-                Ok(p) => {
-                    counts.add(&p);
-                    trace.host.absorb(p.host);
-                    for b in p.batches {
-                        if let Err(e) = sink(b) {
-                            outcome = Err(TraceError::whole(format!(
-                                "cannot keep the parsed events: {e}"
-                            )));
-                            break;
+            times.sort_unstable_by_key(|&(t, _)| t);
+            let count = (weight / rows).round().max(1.0);
+            if process != i64::MIN {
+                starts.push((process, i64::MIN));
+            }
+            let mut seen = 0.0;
+            let mut next = 1.0;
+            let mut since = 0.0;
+            for &(t, w) in &times {
+                if next < count && seen >= weight * next / count {
+                    if starts.last().is_some_and(|&last| last < (process, t)) {
+                        starts.push((process, t));
+                        since = 0.0;
+                    }
+                    next += 1.0;
+                }
+                seen += w;
+                since += w;
+            }
+            last_window = since;
+        }
+        Ok(starts)
+    }
+
+    /// Reads the host tables (runtime API calls, NVTX ranges, profiler overhead), handing
+    /// their batches to `sink`; returns the trace with its steps, and the GPU tables still to
+    /// read ([`GpuTables::read`]). `progress` gets the fraction of all rows read (0..=1).
+    /// The launches and ranges that attribution needs come from the host rows themselves
+    /// ([`host_structure`]).
+    pub fn read_host(
+        self,
+        progress: &(dyn Fn(f64) + Sync),
+        sink: &mut crate::trace::EventSink<'_>,
+    ) -> Result<(ParsedTrace, GpuTables), TraceError> {
+        let Export {
+            ctx,
+            mut trace,
+            host_tasks,
+            gpu_tasks,
+        } = self;
+        let total: i64 = host_tasks.iter().chain(&gpu_tasks).map(Task::rows).sum();
+        let done = AtomicU64::new(0);
+        let (tx, rx) =
+            mpsc::sync_channel::<Result<Part, TraceError>>(2 * rayon::current_num_threads());
+        let mut outcome: Result<(), TraceError> = Ok(());
+        let mut counts = Counts::default();
+        std::thread::scope(|scope| {
+            let ctx = &ctx;
+            let done = &done;
+            let tasks = &host_tasks;
+            scope.spawn(move || {
+                use rayon::prelude::*;
+                // Keep task order so batches arrive roughly sorted; the channel bounds memory.
+                let _ = tasks.par_iter().try_for_each_with(tx, |tx, t| {
+                    let part = read_range(ctx, t.source, &t.sql, t.table, t.lo, t.hi);
+                    let failed = part.is_err();
+                    let n = done.fetch_add(t.rows() as u64, Ordering::Relaxed) + t.rows() as u64;
+                    progress(n as f64 / total.max(1) as f64);
+                    if tx.send(part).is_err() || failed {
+                        return Err(());
+                    }
+                    Ok(())
+                });
+            });
+            for part in rx.iter() {
+                if outcome.is_err() {
+                    continue;
+                }
+                match part {
+                    Ok(p) => {
+                        counts.add(&p);
+                        trace.host.absorb(p.host);
+                        for b in p.batches {
+                            if let Err(e) = sink(b) {
+                                outcome = Err(TraceError::whole(format!(
+                                    "cannot keep the parsed events: {e}"
+                                )));
+                                break;
+                            }
                         }
                     }
+                    Err(e) => outcome = Err(e),
                 }
-                Err(e) => outcome = Err(e),
             }
+        });
+        outcome?;
+        counts.add_to(&mut trace);
+        trace.host.correlation_per_process = true;
+        let gpu = GpuTables {
+            ctx,
+            tasks: gpu_tasks,
+            total,
+            done,
+        };
+        Ok((trace, gpu))
+    }
+}
+
+/// The launch calls and NVTX ranges among host rows read by [`Export::read_host`], added to
+/// `host` (whose names and threads they are interned in): runtime and driver calls with a
+/// correlation id launch GPU work; NVTX ranges that last are operators (`cpu_op`, named by
+/// their operator, `aten::mm` of `aten::mm, seq = 3`) or annotations. Ranges of no length
+/// contain no time and are left out.
+pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure) {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+    let col = |name: &str| batch.column_by_name(name).expect("events column");
+    let kinds = col("kind").as_dictionary::<Int32Type>();
+    let kind_values: Vec<Option<Kind>> = kinds
+        .values()
+        .as_string::<i32>()
+        .iter()
+        .map(|v| v.and_then(Kind::from_name))
+        .collect();
+    let names = col("name").as_dictionary::<Int32Type>();
+    let name_values = names.values().as_string::<i32>();
+    let mut name_ids: Vec<Option<u32>> = vec![None; name_values.len()];
+    let pid = col("pid").as_primitive::<Int64Type>();
+    let tid = col("tid").as_primitive::<Int64Type>();
+    let ts = col("ts").as_primitive::<Int64Type>();
+    let dur = col("dur").as_primitive::<Int64Type>();
+    let corr = col("correlation").as_primitive::<Int64Type>();
+    let value =
+        |a: &datafusion::arrow::array::Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+    // Rows come in runs of one thread: its id is looked up once per run.
+    let mut last_thread: Option<((i64, i64), u32)> = None;
+    let mut thread_of = |threads: &mut crate::events::Threads, key: (i64, i64)| match last_thread {
+        Some((k, id)) if k == key => id,
+        _ => {
+            let id = threads.intern(key.0, key.1);
+            last_thread = Some((key, id));
+            id
         }
-    });
-    outcome?;
-    counts.add_to(&mut trace);
-    trace.host.correlation_per_process = true;
-    let gpu = GpuTables {
-        ctx,
-        tasks: gpu_tasks,
-        total,
-        done,
     };
-    Ok((trace, gpu))
+    for i in 0..batch.num_rows() {
+        let Some(kind) = kind_values[kinds.keys().value(i) as usize] else {
+            continue;
+        };
+        match kind {
+            Kind::Runtime | Kind::Driver => {
+                if let (Some(c), Some(p), Some(t)) = (value(corr, i), value(pid, i), value(tid, i))
+                {
+                    let thread = thread_of(&mut host.threads, (p, t));
+                    host.launches.push(Launch::new(c, ts.value(i), thread));
+                }
+            }
+            Kind::CpuOp | Kind::Annotation if dur.value(i) > 0 => {
+                let key = names.keys().value(i) as usize;
+                let name = *name_ids[key].get_or_insert_with(|| {
+                    let text = name_values.value(key);
+                    let interval_name = match kind {
+                        Kind::CpuOp => operator_name(text).unwrap_or(text),
+                        _ => text,
+                    };
+                    host.names.intern(interval_name)
+                });
+                let thread = thread_of(
+                    &mut host.threads,
+                    (value(pid, i).unwrap_or(0), value(tid, i).unwrap_or(0)),
+                );
+                let start = ts.value(i);
+                host.intervals.push(HostInterval::new(
+                    thread,
+                    start,
+                    start + dur.value(i),
+                    name,
+                    kind == Kind::Annotation,
+                ));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// `(pid, domainId) -> name` from the NvtxDomainCreate (type 75) rows.
@@ -1305,7 +1484,8 @@ mod tests {
             row
         };
         let mut sink = |_| Ok(());
-        let (_, gpu) = parse_host(&path, &NsysOptions::default(), &|_| {}, &mut sink).unwrap();
+        let export = Export::open(&path, &NsysOptions::default()).unwrap();
+        let (_, gpu) = export.read_host(&|_| {}, &mut sink).unwrap();
         let err = gpu.read(&|_| {}, &|_| Ok(())).unwrap_err().unwrap();
         assert_eq!(
             err.at,

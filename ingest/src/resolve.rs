@@ -5,6 +5,7 @@
 //! `ProfilerStep#N` range containing the launch. Host events use their own time and thread.
 
 use crate::events::{HostInterval, HostStructure, Kind, Launch, Step, Threads};
+use crate::launches::{AttributedLaunch, LaunchIndex, Launches};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, DictionaryArray, Int32Array, Int32Builder, Int64Array, Int64Builder,
     RecordBatch, StringArray,
@@ -29,7 +30,11 @@ struct Nest<'a> {
 /// First index of `slice` where `pred` is false (`pred` true then false, as for
 /// `partition_point`), searched outward from `hint`: successive lookups of nearby values cost
 /// a few comparisons instead of a full binary search over millions of entries.
-fn partition_point_near<T>(slice: &[T], hint: usize, pred: impl Fn(&T) -> bool) -> usize {
+pub(crate) fn partition_point_near<T>(
+    slice: &[T],
+    hint: usize,
+    pred: impl Fn(&T) -> bool,
+) -> usize {
     let n = slice.len();
     let hint = hint.min(n);
     let (mut lo, mut hi);
@@ -102,8 +107,9 @@ fn nest_parents(run: &[HostInterval], parents: &mut Vec<u32>) {
     }
 }
 
-/// Lookup structure built once per trace file. It reuses the parsed host structure in place
-/// (sorted, plus 4 bytes of parent index per interval), so it costs no second copy.
+/// Lookup structure built once per trace file, or once per time window of one
+/// ([`Resolver::window`]). It reuses the parsed host structure in place (sorted, plus 4 bytes
+/// of parent index per interval), so it costs no second copy.
 pub struct Resolver {
     /// Interval names by id; also the values of the `op` and `scope` dictionaries of every
     /// resolved batch.
@@ -113,28 +119,60 @@ pub struct Resolver {
     parents: Vec<u32>,
     /// By thread id: the ranges of its operators and of its annotations in `intervals`.
     threads: Vec<(Range<usize>, Range<usize>)>,
-    /// Sorted by correlation id (then process rank when [`Self::per_process`]); first launch
-    /// of each key.
-    launches: Vec<Launch>,
+    /// The launches, attributed: what GPU rows take over.
+    launches: Launches,
     per_process: bool,
-    /// The distinct pids of the launching threads, sorted: a launch's process rank indexes it.
-    pids: Vec<i64>,
     /// Sorted by (process, start).
     steps: Vec<Step>,
 }
 
+/// Search positions carried from one lookup to the next (see [`partition_point_near`]).
+#[derive(Default)]
+struct Hints {
+    step: usize,
+    /// The thread the nest hints are for, and the operator and annotation positions.
+    nest: Option<(u32, usize, usize)>,
+}
+
+impl Hints {
+    fn nest_of(&mut self, thread: u32) -> (&mut usize, &mut usize) {
+        if self.nest.map(|(t, _, _)| t) != Some(thread) {
+            self.nest = Some((thread, 0, 0));
+        }
+        let (_, op, scope) = self.nest.as_mut().expect("set above");
+        (op, scope)
+    }
+}
+
 impl Resolver {
+    /// The resolver of a whole file's host structure.
     pub fn new(host: HostStructure) -> Resolver {
-        let HostStructure {
+        let names = Arc::new(StringArray::from_iter_values(
+            host.names.names().iter().map(|n| &**n),
+        ));
+        Resolver::window(
             names,
-            threads: thread_ids,
-            mut intervals,
-            mut launches,
-            mut steps,
-            correlation_per_process: per_process,
-            ..
-        } = host;
-        // Millions of entries, sorted while nothing else runs: in parallel.
+            host.threads,
+            host.intervals,
+            host.launches,
+            host.steps,
+            host.correlation_per_process,
+        )
+    }
+
+    /// A resolver over some of a file's host structure: `intervals` must hold every interval
+    /// around the times it will be asked about (a window of the file's time and the intervals
+    /// still open at its start), `launches` those to attribute; `names` are all the names the
+    /// interval ids refer to.
+    pub fn window(
+        names: Arc<StringArray>,
+        thread_ids: Threads,
+        mut intervals: Vec<HostInterval>,
+        launches: Vec<Launch>,
+        mut steps: Vec<Step>,
+        per_process: bool,
+    ) -> Resolver {
+        // Millions of entries (for a whole file), sorted while nothing else runs: in parallel.
         intervals.par_sort_unstable_by_key(|iv| iv.order_key());
         intervals.shrink_to_fit();
         let mut parents = Vec::with_capacity(intervals.len());
@@ -157,36 +195,84 @@ impl Resolver {
             }
             start += len;
         }
-        // Launches are searched by (correlation, process rank): the rank is kept in the launch
-        // itself, so a search does not look each probed launch's thread up.
-        let mut pids: Vec<i64> = Vec::new();
-        if per_process {
-            pids = thread_ids.keys().iter().map(|k| k.0).collect();
-            pids.sort_unstable();
-            pids.dedup();
-            for l in launches.iter_mut() {
-                let pid = thread_ids.keys()[l.thread as usize].0;
-                l.set_process(pids.binary_search(&pid).unwrap_or(0) as u32);
-            }
-        }
-        // Keep the first launch of a correlation id (graph launches fan out on the GPU side).
-        launches.par_sort_by_key(|l| (l.correlation, l.process()));
-        launches.dedup_by_key(|l| (l.correlation, l.process()));
-        launches.shrink_to_fit();
         steps.par_sort_unstable();
-        Resolver {
-            names: Arc::new(StringArray::from_iter_values(
-                names.names().iter().map(|n| &**n),
-            )),
+        let mut resolver = Resolver {
+            names,
             thread_ids,
             intervals,
             parents,
             threads,
-            launches,
+            launches: Launches::Memory(Vec::new()),
             per_process,
-            pids,
             steps,
+        };
+        resolver.launches = Launches::Memory(resolver.attribute(launches));
+        resolver
+    }
+
+    /// Attributes launch calls: the innermost operator and annotation around each on its
+    /// thread, and its step. Sorted by key, one per key: the earliest call of the key (graph
+    /// launches fan out on the GPU side, not here).
+    fn attribute(&self, mut launches: Vec<Launch>) -> Vec<AttributedLaunch> {
+        let pid_of = |l: &Launch| self.thread_ids.keys()[l.thread as usize].0;
+        let key_pid = |l: &Launch| if self.per_process { pid_of(l) } else { 0 };
+        launches.par_sort_unstable_by_key(|l| (key_pid(l), l.correlation, l.ts));
+        launches.dedup_by_key(|l| (key_pid(l), l.correlation));
+        launches
+            .par_chunks(1 << 14)
+            .flat_map_iter(|chunk| {
+                // Launches in key order alternate between threads: a search position each.
+                let mut hints: Vec<[usize; 3]> = vec![[0; 3]; self.threads.len()];
+                chunk
+                    .iter()
+                    .map(|l| {
+                        let [op_hint, scope_hint, step_hint] = &mut hints[l.thread as usize];
+                        let (ops, annotations) = &self.threads[l.thread as usize];
+                        let name = |i: Option<usize>| i.map(|i| self.intervals[i].name);
+                        AttributedLaunch::new(
+                            l.correlation,
+                            key_pid(l),
+                            self.step_at(l.ts, Some(pid_of(l)), step_hint),
+                            name(self.innermost(ops, l.ts, op_hint)),
+                            name(self.innermost(annotations, l.ts, scope_hint)),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Index in `intervals` of the innermost interval of `range` containing `t`.
+    fn innermost(&self, range: &Range<usize>, t: i64, hint: &mut usize) -> Option<usize> {
+        let nest = self.nest(range);
+        Some(range.start + nest.innermost_near(t, hint)?)
+    }
+
+    /// Hands the attributed launches over (sorted by key, one per key), leaving none.
+    pub fn take_launches(&mut self) -> Vec<AttributedLaunch> {
+        match std::mem::replace(&mut self.launches, Launches::Memory(Vec::new())) {
+            Launches::Memory(launches) => launches,
+            index @ Launches::Index(_) => {
+                self.launches = index;
+                Vec::new()
+            }
         }
+    }
+
+    /// GPU rows find their launches in `index` from now on.
+    pub fn with_launch_index(mut self, index: LaunchIndex) -> Resolver {
+        self.launches = Launches::Index(index);
+        self
+    }
+
+    /// The intervals still open after `t` (ending later): those a window starting at `t`
+    /// needs from this one.
+    pub fn open_intervals(&self, t: i64) -> Vec<HostInterval> {
+        self.intervals
+            .iter()
+            .filter(|iv| iv.end > t)
+            .copied()
+            .collect()
     }
 
     fn nest(&self, range: &Range<usize>) -> Nest<'_> {
@@ -194,23 +280,6 @@ impl Resolver {
             intervals: &self.intervals[range.clone()],
             parents: &self.parents[range.clone()],
         }
-    }
-
-    /// The launch of GPU work with this correlation id, issued by process `pid`, searched from
-    /// `hint` (updated to the search position).
-    fn launch(&self, correlation: i64, pid: Option<i64>, hint: &mut usize) -> Option<&Launch> {
-        let process = if self.per_process {
-            self.pids.binary_search(&pid?).ok()? as u32
-        } else {
-            0
-        };
-        let key = (correlation, process);
-        let i = partition_point_near(&self.launches, *hint, |l| {
-            (l.correlation, l.process()) < key
-        });
-        *hint = i;
-        let l = self.launches.get(i)?;
-        ((l.correlation, l.process()) == key).then_some(l)
     }
 
     /// The step of process `pid` (when steps are per process) running at `t`, searched from
@@ -228,8 +297,14 @@ impl Resolver {
         (s.process == process && t < s.end).then_some(s.number)
     }
 
-    /// Fills `rank`, `step`, `op`, `scope` and adds `time_base` to `ts`.
-    pub fn resolve(&self, batch: &RecordBatch, rank: Option<i32>, time_base: i64) -> RecordBatch {
+    /// Fills `rank`, `step`, `op`, `scope` and adds `time_base` to `ts`. Fails only when the
+    /// launches are in a [`LaunchIndex`] that cannot be read.
+    pub fn resolve(
+        &self,
+        batch: &RecordBatch,
+        rank: Option<i32>,
+        time_base: i64,
+    ) -> std::io::Result<RecordBatch> {
         let n = batch.num_rows();
         let col = |name: &str| batch.column_by_name(name).expect("events column");
         let kinds = col("kind").as_dictionary::<Int32Type>();
@@ -239,6 +314,7 @@ impl Resolver {
             .iter()
             .map(|v| v.and_then(Kind::from_name))
             .collect();
+        let kind_of = |i: usize| kind_values[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
         let names = col("name").as_dictionary::<Int32Type>();
         let name_values = names.values().as_string::<i32>();
         let pid = col("pid").as_primitive::<Int64Type>();
@@ -246,6 +322,25 @@ impl Resolver {
         let ts = col("ts").as_primitive::<Int64Type>();
         let dur = col("dur").as_primitive::<Int64Type>();
         let corr = col("correlation").as_primitive::<Int64Type>();
+        // GPU work takes over what its launch call was attributed to.
+        let has_gpu_rows = kind_values.iter().flatten().any(|k| k.is_gpu());
+        let launch_keys: Vec<Option<(i64, i64)>> = (0..n)
+            .take(if has_gpu_rows { n } else { 0 })
+            .map(|i| {
+                if !kind_of(i).is_gpu() || corr.is_null(i) {
+                    return None;
+                }
+                let process = if self.per_process {
+                    pid.is_valid(i).then(|| pid.value(i))?
+                } else {
+                    0
+                };
+                Some((process, corr.value(i)))
+            })
+            .collect();
+        let mut launches = self.launches.find_all(&launch_keys)?;
+        drop(launch_keys);
+        launches.resize(n, None);
         // Values the adapter already knows win over attribution.
         let given_step = col("step").as_primitive::<Int64Type>();
         let given_op = col("op").as_dictionary::<Int32Type>();
@@ -255,16 +350,32 @@ impl Resolver {
         let mut op = Int32Builder::with_capacity(n);
         let mut scope = Int32Builder::with_capacity(n);
         let mut given = GivenTexts::new(self.names.len());
-        // Rows come in runs of one thread and rising times (or correlation ids): every search
-        // starts where the previous one of its kind ended.
-        let mut launch_hint = 0;
-        let mut step_hint = 0;
+        // Rows come in runs of one thread and rising times: every search starts where the
+        // previous one of its kind ended.
+        let mut hints = Hints::default();
         let mut last_thread: Option<((i64, i64), Option<u32>)> = None;
-        let mut nest_hints: Option<(u32, usize, usize)> = None;
-        for i in 0..n {
-            let kind = kind_values[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
+        for (i, launch) in launches.iter().enumerate() {
+            let kind = kind_of(i);
             let t = ts.value(i);
-            let thread = if pid.is_null(i) || tid.is_null(i) {
+            let given_texts = given_op.is_valid(i) || given_scope.is_valid(i);
+            if given_texts {
+                op.append_option(given.key(given_op, i));
+                scope.append_option(given.key(given_scope, i));
+            }
+            if let Some(l) = launch {
+                step.append_option(if given_step.is_valid(i) {
+                    Some(given_step.value(i))
+                } else {
+                    l.step()
+                });
+                if !given_texts {
+                    op.append_option(l.op().map(|id| id as i32));
+                    scope.append_option(l.scope().map(|id| id as i32));
+                }
+                continue;
+            }
+            // GPU work without a launch has only its own time and process to go by.
+            let thread = if kind.is_gpu() || pid.is_null(i) || tid.is_null(i) {
                 None
             } else {
                 let key = (pid.value(i), tid.value(i));
@@ -277,68 +388,51 @@ impl Resolver {
                     }
                 }
             };
-            let (point, thread, from_launch) = if kind.is_gpu() {
-                let process = (!pid.is_null(i)).then(|| pid.value(i));
-                match (!corr.is_null(i))
-                    .then(|| self.launch(corr.value(i), process, &mut launch_hint))
-                    .flatten()
-                {
-                    Some(l) => (l.ts, Some(l.thread), true),
-                    None => (t, None, false),
-                }
-            } else {
-                (t, thread, false)
-            };
             if given_step.is_valid(i) {
                 step.append_value(given_step.value(i));
             } else {
                 let process = match thread {
                     Some(k) => Some(self.thread_ids.keys()[k as usize].0),
-                    None => (!pid.is_null(i)).then(|| pid.value(i)),
+                    None => pid.is_valid(i).then(|| pid.value(i)),
                 };
-                step.append_option(self.step_at(point, process, &mut step_hint));
+                step.append_option(self.step_at(t, process, &mut hints.step));
             }
-            if given_op.is_valid(i) || given_scope.is_valid(i) {
-                op.append_option(given.key(given_op, i));
-                scope.append_option(given.key(given_scope, i));
+            if given_texts {
                 continue;
             }
-            let index = thread.map(|k| &self.threads[k as usize]);
-            let (op_hint, scope_hint) = match (thread, &mut nest_hints) {
-                (Some(k), Some((h, o, a))) if *h == k => (o, a),
-                (Some(k), hints) => {
-                    let (_, o, a) = hints.insert((k, 0, 0));
-                    (o, a)
-                }
-                (None, _) => (&mut 0, &mut 0),
+            let Some(thread) = thread else {
+                op.append_null();
+                scope.append_null();
+                continue;
             };
-            let wants_op = from_launch || kind.is_launch();
-            let op_name = index.filter(|_| wants_op).and_then(|(ops, _)| {
-                let nest = self.nest(ops);
-                Some(nest.intervals[nest.innermost_near(point, op_hint)?].name)
-            });
+            let (ops, annotations) = &self.threads[thread as usize];
+            let (op_hint, scope_hint) = hints.nest_of(thread);
+            let op_name = kind
+                .is_launch()
+                .then(|| self.innermost(ops, t, op_hint))
+                .flatten()
+                .map(|j| self.intervals[j].name);
             op.append_option(op_name.map(|id| id as i32));
-            let scope_name = index.and_then(|(_, annotations)| {
-                let nest = self.nest(annotations);
-                let mut j = nest.innermost_near(point, scope_hint)?;
-                if !kind.is_gpu() {
+            let scope_name = self
+                .innermost(annotations, t, scope_hint)
+                .and_then(|mut j| {
                     // An annotation's scope is the one around it, not itself.
                     let me = name_values.value(names.keys().value(i) as usize);
                     let end = t + dur.value(i);
+                    let nest = self.nest(annotations);
                     loop {
-                        let iv = &nest.intervals[j];
+                        let iv = &self.intervals[j];
                         if iv.start == t
                             && iv.end == end
                             && self.names.value(iv.name as usize) == me
                         {
-                            j = nest.parent(j)?;
+                            j = annotations.start + nest.parent(j - annotations.start)?;
                         } else {
                             break;
                         }
                     }
-                }
-                Some(nest.intervals[j].name)
-            });
+                    Some(self.intervals[j].name)
+                });
             scope.append_option(scope_name.map(|id| id as i32));
         }
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
@@ -360,7 +454,7 @@ impl Resolver {
                 ts.values().iter().map(|v| v + time_base),
             ));
         }
-        RecordBatch::try_new(schema, columns).expect("same schema")
+        Ok(RecordBatch::try_new(schema, columns).expect("same schema"))
     }
 }
 

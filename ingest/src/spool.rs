@@ -11,16 +11,24 @@
 //!
 //! An Nsight Systems export skips the wait for its GPU tables: they are read after the host
 //! tables, when their launches are known, and go straight to attribution and Parquet parts
-//! (`nsys::GpuTables`, `driver::finish_file`); only its host rows are spooled.
+//! (`nsys::GpuTables`, `driver::finish_file`); only its host rows are spooled, sorted into
+//! windows of one process and a stretch of time ([`Spool::set_windows`]) that are attributed
+//! one at a time, so that attribution too needs memory for one window, not the whole file.
 
-use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, RecordBatch, UInt32Array,
+};
 use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::compute::kernels::aggregate;
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamDecoder;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use rayon::prelude::*;
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 /// Default budget of frame (compressed) bytes held in memory: about 400 MB of parsed events.
@@ -135,6 +143,11 @@ impl Frame {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
+    /// Bytes [`Self::write_to`] writes.
+    fn stored_len(&self) -> u64 {
+        40 + self.bytes.len() as u64
+    }
+
     fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
         for n in [
             self.rows as u64,
@@ -181,17 +194,20 @@ pub struct Spool {
     budget: usize,
     /// Encoder threads, started with the first batch.
     pool: Option<rayon::ThreadPool>,
-    /// Batches waiting to be encoded together.
-    pending: Vec<RecordBatch>,
-    memory: Vec<Frame>,
+    /// Batches waiting to be encoded together, with their time window.
+    pending: Vec<(u32, RecordBatch)>,
+    memory: Vec<(u32, Frame)>,
     memory_bytes: usize,
     path: PathBuf,
     file: Option<BufWriter<File>>,
-    /// Frames written to `file`.
-    spilled_frames: usize,
+    /// Frames written to `file`: their time window and byte offset.
+    spilled: Vec<(u32, u64)>,
+    spilled_bytes: u64,
     rows: usize,
     /// Schema of the batches (of the first one; every batch of a spool has it).
     schema: Option<SchemaRef>,
+    /// Where the windows start, as (process, time) ([`Self::set_windows`]); empty: one.
+    windows: Vec<(i64, i64)>,
 }
 
 impl Spool {
@@ -204,18 +220,75 @@ impl Spool {
             memory_bytes: 0,
             path,
             file: None,
-            spilled_frames: 0,
+            spilled: Vec::new(),
+            spilled_bytes: 0,
             rows: 0,
             schema: None,
+            windows: Vec::new(),
         }
+    }
+
+    /// Sorts the rows pushed from now on into windows by their process and time: a row goes
+    /// to the last window whose start `(process, time)` is not after its `(pid, ts)` (a null
+    /// pid sorts first). `starts` must rise; a first window from the very beginning is
+    /// added. The windows come back one at a time ([`Self::into_windows`]).
+    pub fn set_windows(&mut self, mut starts: Vec<(i64, i64)>) {
+        debug_assert!(starts.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(self.rows == 0, "windows are set before the first batch");
+        if starts.first() != Some(&(i64::MIN, i64::MIN)) {
+            starts.insert(0, (i64::MIN, i64::MIN));
+        }
+        self.windows = starts;
     }
 
     pub fn push(&mut self, batch: RecordBatch) -> io::Result<()> {
         self.rows += batch.num_rows();
         self.schema.get_or_insert_with(|| batch.schema());
-        self.pending.push(batch);
+        if self.windows.len() <= 1 {
+            self.pending.push((0, batch));
+        } else {
+            self.split_into_windows(batch)?;
+        }
         if self.pending.len() >= cores() {
             self.encode_pending()?;
+        }
+        Ok(())
+    }
+
+    fn split_into_windows(&mut self, batch: RecordBatch) -> io::Result<()> {
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_primitive_opt::<Int64Type>())
+                .ok_or_else(|| io::Error::other(format!("windows need an Int64 {name} column")))
+        };
+        let (ts, pid) = (column("ts")?, column("pid")?);
+        let window_of =
+            |p: i64, t: i64| (self.windows.partition_point(|&start| start <= (p, t)) - 1) as u32;
+        let (Some(first), Some(last)) = (aggregate::min(ts), aggregate::max(ts)) else {
+            return Ok(());
+        };
+        // Rows come in runs of one process and rising time: a batch usually falls in one window.
+        if pid.null_count() == 0 {
+            if let (Some(p), Some(q)) = (aggregate::min(pid), aggregate::max(pid)) {
+                if p == q && window_of(p, first) == window_of(p, last) {
+                    self.pending.push((window_of(p, first), batch));
+                    return Ok(());
+                }
+            }
+        }
+        let mut rows: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (i, &t) in ts.values().iter().enumerate() {
+            let p = if pid.is_valid(i) {
+                pid.value(i)
+            } else {
+                i64::MIN
+            };
+            rows.entry(window_of(p, t)).or_default().push(i as u32);
+        }
+        for (w, indices) in rows {
+            let part = take_record_batch(&batch, &UInt32Array::from(indices)).map_err(other)?;
+            self.pending.push((w, part));
         }
         Ok(())
     }
@@ -242,33 +315,36 @@ impl Spool {
         let frames = pool.install(|| {
             pending
                 .par_iter()
-                .map(Frame::encode)
+                .map(|(w, b)| Ok((*w, Frame::encode(b)?)))
                 .collect::<io::Result<Vec<_>>>()
         })?;
         drop(pending);
-        for frame in frames {
-            self.keep(frame)?;
+        for (window, frame) in frames {
+            self.keep(window, frame)?;
         }
         Ok(())
     }
 
-    fn keep(&mut self, frame: Frame) -> io::Result<()> {
+    fn keep(&mut self, window: u32, frame: Frame) -> io::Result<()> {
         if self.file.is_none() {
             if self.memory_bytes + frame.bytes.len() <= self.budget {
                 self.memory_bytes += frame.bytes.len();
-                self.memory.push(frame);
+                self.memory.push((window, frame));
                 return Ok(());
             }
-            let mut w = BufWriter::with_capacity(1 << 20, File::create(&self.path)?);
-            for f in self.memory.drain(..) {
-                f.write_to(&mut w)?;
-                self.spilled_frames += 1;
+            self.file = Some(BufWriter::with_capacity(1 << 20, File::create(&self.path)?));
+            for (w, f) in std::mem::take(&mut self.memory) {
+                self.spill(w, &f)?;
             }
             self.memory_bytes = 0;
-            self.file = Some(w);
         }
+        self.spill(window, &frame)
+    }
+
+    fn spill(&mut self, window: u32, frame: &Frame) -> io::Result<()> {
         frame.write_to(self.file.as_mut().expect("spilling"))?;
-        self.spilled_frames += 1;
+        self.spilled.push((window, self.spilled_bytes));
+        self.spilled_bytes += frame.stored_len();
         Ok(())
     }
 
@@ -284,7 +360,7 @@ impl Spool {
     pub fn drain(mut self) -> io::Result<Box<dyn Iterator<Item = io::Result<Frame>>>> {
         self.encode_pending()?;
         match self.file.take() {
-            None => Ok(Box::new(self.memory.into_iter().map(Ok))),
+            None => Ok(Box::new(self.memory.into_iter().map(|(_, f)| Ok(f)))),
             Some(w) => {
                 w.into_inner().map_err(|e| e.into_error())?;
                 let mut reader = BufReader::with_capacity(1 << 20, File::open(&self.path)?);
@@ -294,10 +370,83 @@ impl Spool {
                     .clone()
                     .expect("a spilled spool has had a batch");
                 Ok(Box::new(
-                    (0..self.spilled_frames).map(move |_| Frame::read_from(&mut reader, &schema)),
+                    (0..self.spilled.len()).map(move |_| Frame::read_from(&mut reader, &schema)),
                 ))
             }
         }
+    }
+
+    /// The frames by window ([`Self::set_windows`]).
+    pub fn into_windows(mut self) -> io::Result<Windows> {
+        self.encode_pending()?;
+        if self.windows.is_empty() {
+            self.windows.push((i64::MIN, i64::MIN));
+        }
+        let count = self.windows.len();
+        let mut memory: Vec<Vec<Frame>> = (0..count).map(|_| Vec::new()).collect();
+        for (w, f) in std::mem::take(&mut self.memory) {
+            memory[w as usize].push(f);
+        }
+        let mut spilled: Vec<Vec<u64>> = vec![Vec::new(); count];
+        for &(w, offset) in &self.spilled {
+            spilled[w as usize].push(offset);
+        }
+        let file = match self.file.take() {
+            Some(w) => {
+                w.into_inner().map_err(|e| e.into_error())?;
+                let file = File::open(&self.path)?;
+                let _ = std::fs::remove_file(&self.path);
+                Some(file)
+            }
+            None => None,
+        };
+        Ok(Windows {
+            starts: std::mem::take(&mut self.windows),
+            memory,
+            spilled,
+            file,
+            schema: self.schema.clone(),
+        })
+    }
+}
+
+/// A spool's frames by window, taken one window at a time.
+pub struct Windows {
+    /// Where each window starts: (process, time).
+    starts: Vec<(i64, i64)>,
+    memory: Vec<Vec<Frame>>,
+    /// Offsets in `file` of each window's spilled frames.
+    spilled: Vec<Vec<u64>>,
+    file: Option<File>,
+    schema: Option<SchemaRef>,
+}
+
+impl Windows {
+    /// Where each window starts: (process, time).
+    pub fn starts(&self) -> &[(i64, i64)] {
+        &self.starts
+    }
+
+    pub fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty()
+    }
+
+    /// The frames of window `i`, in the order pushed (each window can be taken once).
+    pub fn take(&mut self, i: usize) -> io::Result<Vec<Frame>> {
+        let mut frames = std::mem::take(&mut self.memory[i]);
+        for &offset in &std::mem::take(&mut self.spilled[i]) {
+            let (Some(file), Some(schema)) = (&self.file, &self.schema) else {
+                return Err(io::Error::other("spilled frames without a spill file"));
+            };
+            let mut reader = BufReader::with_capacity(1 << 16, file);
+            reader.seek(SeekFrom::Start(offset))?;
+            frames.push(Frame::read_from(&mut reader, schema)?);
+        }
+        Ok(frames)
     }
 }
 
@@ -420,6 +569,75 @@ mod tests {
                 .collect();
             assert_eq!(values, (0..10_000).collect::<Vec<_>>());
             assert_eq!(back.len(), 10);
+            assert!(!path.exists(), "spill file left behind");
+        }
+    }
+
+    /// Rows go to the last window starting at or before their (pid, ts); a null pid sorts
+    /// first; each window gives back its rows in the order pushed, spilled or not.
+    #[test]
+    fn windows_take_rows_by_process_and_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("pid", DataType::Int64, true),
+            Field::new("ts", DataType::Int64, false),
+        ]));
+        let rows = |pid: Vec<Option<i64>>, ts: Vec<i64>| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(pid)),
+                    Arc::new(Int64Array::from(ts)),
+                ],
+            )
+            .unwrap()
+        };
+        for budget in [usize::MAX, 0] {
+            let path = dir.path().join(format!("windows-{budget}"));
+            let mut s = Spool::new(path.clone(), budget);
+            s.set_windows(vec![(1, 100), (2, i64::MIN), (2, 50)]);
+            // One batch across every window, one within a window, one of rows out of order.
+            s.push(rows(
+                vec![None, Some(1), Some(1), Some(2), Some(2), Some(3)],
+                vec![5, 50, 150, 10, 60, 0],
+            ))
+            .unwrap();
+            s.push(rows(vec![Some(1), Some(1)], vec![200, 300]))
+                .unwrap();
+            s.push(rows(vec![Some(2), Some(1), Some(2)], vec![70, 20, 20]))
+                .unwrap();
+            let mut windows = s.into_windows().unwrap();
+            assert_eq!(
+                windows.starts(),
+                &[(i64::MIN, i64::MIN), (1, 100), (2, i64::MIN), (2, 50)]
+            );
+            let mut got = Vec::new();
+            for w in 0..windows.len() {
+                let pairs: Vec<(Option<i64>, i64)> = windows
+                    .take(w)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|f| {
+                        let b = f.decode().unwrap();
+                        let pid = b.column(0).as_primitive::<Int64Type>().clone();
+                        let ts = b.column(1).as_primitive::<Int64Type>().clone();
+                        (0..b.num_rows())
+                            .map(|i| (pid.is_valid(i).then(|| pid.value(i)), ts.value(i)))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                got.push(pairs);
+            }
+            assert_eq!(
+                got,
+                vec![
+                    vec![(None, 5), (Some(1), 50), (Some(1), 20)],
+                    vec![(Some(1), 150), (Some(1), 200), (Some(1), 300)],
+                    vec![(Some(2), 10), (Some(2), 20)],
+                    vec![(Some(2), 60), (Some(3), 0), (Some(2), 70)],
+                ],
+                "budget {budget}"
+            );
             assert!(!path.exists(), "spill file left behind");
         }
     }

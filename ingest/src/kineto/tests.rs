@@ -13,7 +13,7 @@ fn resolved(t: ParsedTrace) -> RecordBatch {
     let schema = gpuq_engine::schema::events_schema();
     let all = concat_batches(&schema, &t.batches).unwrap();
     let base = t.time_base_ns;
-    Resolver::new(t.host).resolve(&all, Some(0), base)
+    Resolver::new(t.host).resolve(&all, Some(0), base).unwrap()
 }
 
 fn row_of(b: &RecordBatch, name: &str) -> usize {

@@ -42,7 +42,7 @@ fn resolved(case: &str) -> (ParsedTrace, RecordBatch) {
     trace.host.host_span = host.host_span;
     trace.host.correlation_per_process = host.correlation_per_process;
     trace.host.launches = host.launches.clone();
-    let b = Resolver::new(host).resolve(&all, None, 0);
+    let b = Resolver::new(host).resolve(&all, None, 0).unwrap();
     (trace, b)
 }
 
