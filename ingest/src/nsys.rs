@@ -371,9 +371,23 @@ struct Context {
     strings: Strings,
     memcpy_oper: HashMap<i64, String>,
     mem_kind: HashMap<i64, String>,
-    /// `(pid, domainId) -> domain name`.
-    domains: Domains,
+    /// `(pid, domainId) -> domain name`, read by the first NVTX task that needs it: finding
+    /// the few domain rows scans all of NVTX_EVENTS, which then overlaps other reading.
+    domains: std::sync::OnceLock<Result<Domains, String>>,
     step_pattern: Regex,
+}
+
+impl Context {
+    fn domains(&self) -> Result<&Domains, TraceError> {
+        self.domains
+            .get_or_init(|| {
+                open(&self.path)
+                    .and_then(|conn| domains(&conn))
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| TraceError::whole(e.clone()))
+    }
 }
 
 /// One table to read, and how to turn its rows into events.
@@ -785,7 +799,7 @@ fn read_range(
                 args.clear();
                 args.push('{');
                 if let (Some(p), Some(d)) = (pid, int(r, 7)?) {
-                    if let Some(domain) = ctx.domains.get(&(p, d)) {
+                    if let Some(domain) = ctx.domains()?.get(&(p, d)) {
                         args.push_str("\"domain\":");
                         push_json_str(&mut args, domain);
                         args.push(',');
@@ -1009,7 +1023,7 @@ impl Export {
             strings: Strings::load(&conn)?,
             memcpy_oper: enum_labels(&conn, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_OPER)?,
             mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
-            domains: domains(&conn)?,
+            domains: std::sync::OnceLock::new(),
             step_pattern: opts.step_pattern.clone(),
         };
         let trace = ParsedTrace {
