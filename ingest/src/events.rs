@@ -2,9 +2,9 @@
 //! (operators, annotations, launches, steps) used to attribute GPU work to the model.
 
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, DictionaryArray, Float64Builder, Int32Array, Int32Builder,
-    Int64Array, Int64Builder, PrimitiveArray, PrimitiveBuilder, RecordBatch, StringArray,
-    StringBuilder, StringDictionaryBuilder,
+    new_null_array, Array, ArrayRef, AsArray, DictionaryArray, Float64Builder, Int32Array,
+    Int32Builder, Int64Array, Int64Builder, PrimitiveArray, PrimitiveBuilder, RecordBatch,
+    StringArray, StringBuilder, StringDictionaryBuilder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{ArrowPrimitiveType, Int32Type, Int64Type};
@@ -499,6 +499,22 @@ impl Launch {
             thread,
         }
     }
+}
+
+/// A batch's `kind` column and the kind of each of its dictionary values (None for a name
+/// that is no kind).
+pub fn kinds_of(batch: &RecordBatch) -> (&DictionaryArray<Int32Type>, Vec<Option<Kind>>) {
+    let kinds = batch
+        .column_by_name("kind")
+        .expect("events column")
+        .as_dictionary::<Int32Type>();
+    let values = kinds
+        .values()
+        .as_string::<i32>()
+        .iter()
+        .map(|v| v.and_then(Kind::from_name))
+        .collect();
+    (kinds, values)
 }
 
 /// Dense ids of host threads (pid, tid).

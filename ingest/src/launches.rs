@@ -20,6 +20,9 @@ use std::path::PathBuf;
 /// (about 2.5 M launches).
 pub const DEFAULT_MEMORY_BUDGET: usize = 16 << 20;
 
+/// A launch's key: (pid, correlation id).
+pub type Key = (i64, i64);
+
 /// Marks an absent operator or annotation name id.
 pub const NO_NAME: u32 = u32::MAX;
 /// Marks an absent step.
@@ -59,7 +62,7 @@ impl AttributedLaunch {
 
     /// (pid, correlation id): the launches of one process sort together, so the runs of
     /// per-process windows cover ranges of keys of their own.
-    pub fn key(&self) -> (i64, i64) {
+    pub fn key(&self) -> Key {
         (self.pid, self.correlation)
     }
 
@@ -164,10 +167,7 @@ pub enum Launches {
 impl Launches {
     /// The launch of each key, a key being (pid, correlation id) as [`AttributedLaunch::key`]
     /// (`None` keys and keys without a launch give `None`).
-    pub fn find_all(
-        &self,
-        keys: &[Option<(i64, i64)>],
-    ) -> io::Result<Vec<Option<AttributedLaunch>>> {
+    pub fn find_all(&self, keys: &[Option<Key>]) -> io::Result<Vec<Option<AttributedLaunch>>> {
         match self {
             Launches::Memory(launches) => {
                 // Keys come mostly in rising order: each search starts where the last ended.
@@ -194,8 +194,8 @@ struct Run {
     /// Offset of each block in the index's bytes, and where the last one ends.
     block_offsets: Vec<u64>,
     /// The key of the first launch of every block.
-    block_keys: Vec<(i64, i64)>,
-    last_key: (i64, i64),
+    block_keys: Vec<Key>,
+    last_key: Key,
 }
 
 /// Where a [`LaunchIndex`]'s encoded blocks are.
@@ -292,7 +292,7 @@ pub struct LaunchIndex {
     bytes: Bytes,
     runs: Vec<Run>,
     /// Run indices sorted by first key, and the greatest last key of the runs up to each.
-    by_first: Vec<(usize, (i64, i64))>,
+    by_first: Vec<(usize, Key)>,
     /// By run: whether another run's key range meets its range.
     overlapping: Vec<bool>,
 }
@@ -358,10 +358,7 @@ impl LaunchIndex {
 
     /// [`Launches::find_all`]. GPU rows come roughly in launch order: each run keeps the
     /// block it read last, and most keys are found in the block of the key before.
-    pub fn find_all(
-        &self,
-        keys: &[Option<(i64, i64)>],
-    ) -> io::Result<Vec<Option<AttributedLaunch>>> {
+    pub fn find_all(&self, keys: &[Option<Key>]) -> io::Result<Vec<Option<AttributedLaunch>>> {
         // Per run: the block loaded last (index and launches).
         let mut loaded: Vec<Option<(usize, Vec<AttributedLaunch>)>> = Vec::new();
         loaded.resize_with(self.runs.len(), || None);
@@ -370,7 +367,7 @@ impl LaunchIndex {
         let mut found = Vec::with_capacity(keys.len());
         // The block the last key was found in, when its run shares its keys with no other
         // run: the next key is most likely in it too.
-        let mut last: Option<(usize, (i64, i64), (i64, i64))> = None;
+        let mut last: Option<(usize, Key, Key)> = None;
         for key in keys {
             let Some(key) = *key else {
                 found.push(None);

@@ -1246,13 +1246,7 @@ pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure) {
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::datatypes::{Int32Type, Int64Type};
     let col = |name: &str| batch.column_by_name(name).expect("events column");
-    let kinds = col("kind").as_dictionary::<Int32Type>();
-    let kind_values: Vec<Option<Kind>> = kinds
-        .values()
-        .as_string::<i32>()
-        .iter()
-        .map(|v| v.and_then(Kind::from_name))
-        .collect();
+    let (kinds, kind_values) = crate::events::kinds_of(batch);
     let names = col("name").as_dictionary::<Int32Type>();
     let name_values = names.values().as_string::<i32>();
     let mut name_ids: Vec<Option<u32>> = vec![None; name_values.len()];

@@ -307,13 +307,7 @@ impl Resolver {
     ) -> std::io::Result<RecordBatch> {
         let n = batch.num_rows();
         let col = |name: &str| batch.column_by_name(name).expect("events column");
-        let kinds = col("kind").as_dictionary::<Int32Type>();
-        let kind_values: Vec<Option<Kind>> = kinds
-            .values()
-            .as_string::<i32>()
-            .iter()
-            .map(|v| v.and_then(Kind::from_name))
-            .collect();
+        let (kinds, kind_values) = crate::events::kinds_of(batch);
         let kind_of = |i: usize| kind_values[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
         let names = col("name").as_dictionary::<Int32Type>();
         let name_values = names.values().as_string::<i32>();
