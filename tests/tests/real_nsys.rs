@@ -219,7 +219,7 @@ fn one_decimal(c: &dyn Array, row: usize) -> String {
 async fn top_kernels_reproduces_cuda_gpu_kern_sum_row_for_row() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
-    let Some(fixtures) = ingest_fixtures(&store) else {
+    let Some(fixtures) = ingest_fixtures(&store, None) else {
         return;
     };
     let ctx = gpuq_query::open_session(&store).await.unwrap();
@@ -265,8 +265,12 @@ async fn top_kernels_reproduces_cuda_gpu_kern_sum_row_for_row() {
 }
 
 /// Every shared Nsight Systems export, in name order, ingested into `store` as runs `r0`,
-/// `r1`, ...: (fixture name, its golden directory, run). None without `../shared`.
-fn ingest_fixtures(store: &Store) -> Option<Vec<(String, PathBuf, String)>> {
+/// `r1`, ... (attributing host rows in windows of `window_rows`, default when None): (fixture
+/// name, its golden directory, run). None without `../shared`.
+fn ingest_fixtures(
+    store: &Store,
+    window_rows: Option<usize>,
+) -> Option<Vec<(String, PathBuf, String)>> {
     let Some(dir) = gpuq_tests::shared_traces("nsys") else {
         eprintln!("SKIPPED: ../shared/traces/nsys not found");
         return None;
@@ -283,6 +287,7 @@ fn ingest_fixtures(store: &Store) -> Option<Vec<(String, PathBuf, String)>> {
         let run = format!("r{i}");
         let opts = IngestOptions {
             run: Some(RunId::new(&run).unwrap()),
+            window_rows,
             ..Default::default()
         };
         gpuq_ingest::ingest(store, std::slice::from_ref(file), &opts, &NoProgress).unwrap();
@@ -337,7 +342,7 @@ fn golden_rows(path: &Path, columns: &[&str]) -> Vec<Vec<String>> {
 async fn gpu_gaps_and_gpu_util_reproduce_nsys_analyze_row_for_row() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
-    let Some(fixtures) = ingest_fixtures(&store) else {
+    let Some(fixtures) = ingest_fixtures(&store, None) else {
         return;
     };
     let ctx = gpuq_query::open_session(&store).await.unwrap();
@@ -408,4 +413,41 @@ async fn gpu_gaps_and_gpu_util_reproduce_nsys_analyze_row_for_row() {
         }
     }
     eprintln!("checked {gaps} gaps and {chunks} utilisation rows against nsys analyze");
+}
+
+/// Host rows attributed in windows of 100 rows (NVTX ranges stay open across many windows, and
+/// the two-process exports have runtime rows out of time order) store exactly the rows that one
+/// window per export stores: every column of every row, attribution included.
+#[tokio::test]
+async fn real_exports_attributed_in_small_windows_store_the_same_rows() {
+    let (one, small) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let one = Store::open(one.path()).unwrap();
+    let small = Store::open(small.path()).unwrap();
+    if ingest_fixtures(&one, None).is_none() {
+        return;
+    }
+    ingest_fixtures(&small, Some(100)).unwrap();
+    let sql = "SELECT run, kind, name, ts, dur, pid, tid, device, stream, correlation, \
+               op, scope, step, args FROM events \
+               ORDER BY run, kind, ts, name, pid, tid, device, stream, correlation, dur, \
+               op, scope, step, args";
+    let want = text_rows(&gpuq_query::open_session(&one).await.unwrap(), sql).await;
+    let got = text_rows(&gpuq_query::open_session(&small).await.unwrap(), sql).await;
+    assert!(want.len() > 50_000, "{} rows", want.len());
+    let attributed = want
+        .iter()
+        .filter(|r| r[1] == "kernel" && !r[10].is_empty() && !r[11].is_empty())
+        .count();
+    assert!(
+        attributed > 1000,
+        "{attributed} kernels with an operator and a scope"
+    );
+    assert_eq!(got.len(), want.len());
+    let differing: Vec<_> = want.iter().zip(&got).filter(|(w, g)| w != g).collect();
+    assert!(
+        differing.is_empty(),
+        "{} rows differ, first: {:?}",
+        differing.len(),
+        differing[0]
+    );
 }
