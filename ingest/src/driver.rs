@@ -697,11 +697,11 @@ impl WindowState {
     }
 }
 
-/// Attributes and writes an Nsight Systems export whose host rows wait in `spool` by time
-/// window, then reads and writes its GPU tables. Each window is attributed with its own
-/// ranges and those still open from earlier windows, and its launches go to a
-/// [`LaunchIndex`] on disk, where the GPU rows look them up: memory holds one window, not the
-/// whole export's ranges and launches.
+/// Attributes and writes an Nsight Systems export whose host rows wait in `spool` by window
+/// (one process, a stretch of time), then reads and writes its GPU tables. Each window is
+/// attributed with its own ranges and those of its process still open, and its launches go to
+/// a launch index (compact, in memory up to a budget, then in a scratch file), where the GPU
+/// rows look them up: memory holds two windows, not the whole export's ranges and launches.
 fn write_windowed(
     ctx: &PartContext<'_>,
     host: HostStructure,
