@@ -619,7 +619,8 @@ fn part_groups(
 }
 
 /// A window's batches in parts: about [`PART_ROWS`] rows each, as many as make an even
-/// round for the cores, each of about the same rows.
+/// round for the cores, and of equal rows (batches are sliced where a part ends) so that the
+/// round's parts finish together.
 fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
     let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let cores = rayon::current_num_threads().max(1);
@@ -627,20 +628,29 @@ fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
         0 | 1 => 1,
         n => n.next_multiple_of(cores),
     };
-    let mut groups: Vec<Vec<RecordBatch>> = Vec::with_capacity(count);
-    let mut group = Vec::new();
+    // Group `g` ends at row `(g + 1) * total / count`; a batch across that end is sliced.
+    let mut groups: Vec<Vec<RecordBatch>> = vec![Vec::new(); count];
+    let mut g = 0;
     let mut done = 0;
     for b in batches {
-        done += b.num_rows();
-        group.push(b);
-        // Close the group once the rows so far reach its share of the total.
-        if done * count >= total * (groups.len() + 1) {
-            groups.push(std::mem::take(&mut group));
+        let mut offset = 0;
+        while offset < b.num_rows() {
+            let room = if g + 1 == count {
+                usize::MAX
+            } else {
+                (g + 1) * total / count - done
+            };
+            if room == 0 {
+                g += 1;
+                continue;
+            }
+            let take = room.min(b.num_rows() - offset);
+            groups[g].push(b.slice(offset, take));
+            offset += take;
+            done += take;
         }
     }
-    if !group.is_empty() {
-        groups.push(group);
-    }
+    groups.retain(|g| !g.is_empty());
     groups
 }
 
@@ -1023,6 +1033,49 @@ mod tests {
         }
         assert!(rows[0].len() > 100, "{} rows", rows[0].len());
         assert_eq!(rows[0], rows[1]);
+    }
+
+    #[test]
+    fn a_window_is_cut_into_parts_of_equal_rows_in_order() {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batches: Vec<RecordBatch> = (0..11)
+            .map(|i| {
+                let values = Int64Array::from_iter_values(i * 60_000..(i + 1) * 60_000 - 7 * i);
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(values)]).unwrap()
+            })
+            .collect();
+        let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let want: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        let groups = window_groups(batches);
+        let cores = rayon::current_num_threads().max(1);
+        assert!(
+            groups.len() >= 2 && groups.len() % cores == 0,
+            "{} parts",
+            groups.len()
+        );
+        let rows: Vec<usize> = groups
+            .iter()
+            .map(|g| g.iter().map(RecordBatch::num_rows).sum())
+            .collect();
+        assert!(
+            rows.iter().all(|&r| r.abs_diff(total / groups.len()) <= 1),
+            "{rows:?}"
+        );
+        let got: Vec<i64> = groups
+            .iter()
+            .flatten()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        assert_eq!(got, want);
+        // Few rows make one part.
+        let small =
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
+        assert_eq!(window_groups(vec![small]).len(), 1);
     }
 
     /// An nsys export attributed in many small time windows (ranges open across windows,
