@@ -679,8 +679,18 @@ impl WindowState {
             .collect::<std::io::Result<Vec<RecordBatch>>>()
             .map_err(io_error(Path::new("spool")))?;
         drop(frames);
-        for b in &batches {
-            nsys::host_structure(b, &mut self.host);
+        // Each batch's ranges and launches on all cores, then joined (few names and threads
+        // to translate).
+        let found: Vec<HostStructure> = batches
+            .par_iter()
+            .map(|b| {
+                let mut host = HostStructure::default();
+                nsys::host_structure(b, &mut host);
+                host
+            })
+            .collect();
+        for host in found {
+            self.host.absorb(host);
         }
         if self.host.names.names().len() != self.names_array.len() {
             self.names_array = Arc::new(StringArray::from_iter_values(
@@ -743,7 +753,7 @@ fn write_windowed(
     // the writing never waits for it.
     let mut written = Vec::new();
     let state = std::thread::scope(|scope| -> Result<WindowState, IngestError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(0);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let preparer = scope.spawn(move || -> Result<WindowState, IngestError> {
             for w in 0..state.windows.len() {
                 let prepared = state.prepare(w)?;

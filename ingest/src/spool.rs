@@ -277,14 +277,29 @@ impl Spool {
                 }
             }
         }
+        let window: Vec<u32> = (0..batch.num_rows())
+            .map(|i| {
+                let p = if pid.is_valid(i) {
+                    pid.value(i)
+                } else {
+                    i64::MIN
+                };
+                window_of(p, ts.value(i))
+            })
+            .collect();
+        // Windows in rising order along the batch: one slice (no copy) per window.
+        if window.windows(2).all(|w| w[0] <= w[1]) {
+            let mut start = 0;
+            while start < window.len() {
+                let len = window[start..].partition_point(|&w| w == window[start]);
+                self.pending.push((window[start], batch.slice(start, len)));
+                start += len;
+            }
+            return Ok(());
+        }
         let mut rows: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        for (i, &t) in ts.values().iter().enumerate() {
-            let p = if pid.is_valid(i) {
-                pid.value(i)
-            } else {
-                i64::MIN
-            };
-            rows.entry(window_of(p, t)).or_default().push(i as u32);
+        for (i, &w) in window.iter().enumerate() {
+            rows.entry(w).or_default().push(i as u32);
         }
         for (w, indices) in rows {
             let part = take_record_batch(&batch, &UInt32Array::from(indices)).map_err(other)?;
