@@ -197,6 +197,16 @@ fn bad_sql_fails_with_one_readable_line() {
     }
 }
 
+/// Whether an error line repeats its cause (`gpuq: error: FILE: X: X`), as error reporters do
+/// when the cause is both in the message and the error's `source()`.
+fn said_twice(err: &str, file: &Path) -> bool {
+    let prefix = format!("gpuq: error: {}: ", file.display());
+    let Some(m) = err.trim_end().strip_prefix(&prefix) else {
+        return false;
+    };
+    m.match_indices(": ").any(|(i, _)| m[..i] == m[i + 2..])
+}
+
 #[test]
 fn bad_input_is_rejected_and_leaves_the_store_unchanged() {
     let dir = tempfile::tempdir().unwrap();
@@ -250,6 +260,7 @@ fn bad_input_is_rejected_and_leaves_the_store_unchanged() {
             "{name}: error does not name the file: {err}"
         );
         assert!(err.contains(needle), "{name}: {err}");
+        assert!(!said_twice(&err, &path), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
         assert_eq!(snapshot(&store), before, "{name} changed the store");
     }
@@ -815,6 +826,7 @@ fn bad_input_of_every_format_is_rejected_and_leaves_the_store_unchanged() {
             "{name}: error does not name the file: {err}"
         );
         assert!(err.contains(needle), "{name}: {err}");
+        assert!(!said_twice(&err, &path), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
         assert_eq!(snapshot(&store), before, "{name} changed the store");
     }

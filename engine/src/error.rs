@@ -14,12 +14,12 @@ pub enum Error {
     /// The named run is not in the store.
     #[error("no run named {0:?} in the store")]
     UnknownRun(String),
-    /// An I/O error on a path of the store.
-    #[error("{}: {source}", path.display())]
+    /// An I/O error on a path of the store. The message includes the I/O error, which is
+    /// therefore not also a `source()` (error reporters would print it twice).
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A manifest file that does not parse.
     #[error("corrupt manifest {}: {reason}", path.display())]
@@ -40,7 +40,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io { path, source }
+        move |error| Error::Io { path, error }
     }
 }
 

@@ -361,7 +361,7 @@ pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Resu
     let buf = writer.into_inner()?;
     let file = buf.into_inner().map_err(|e| Error::Io {
         path: path.to_path_buf(),
-        source: e.into_error(),
+        error: e.into_error(),
     })?;
     file.sync_all().map_err(Error::io(path))?;
     let size = file.metadata().map_err(Error::io(path))?.len();

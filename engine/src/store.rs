@@ -450,7 +450,7 @@ impl StoreWriter {
             Err(e) => {
                 return Err(Error::Io {
                     path: final_path,
-                    source: e,
+                    error: e,
                 })
             }
         }

@@ -30,20 +30,22 @@ pub const PART_ROWS: usize = 1 << 18;
 /// their ranges and launches, are what attribution holds in memory.
 pub const WINDOW_ROWS: usize = 1 << 19;
 
-/// Why an ingest failed. The store is unchanged whenever one of these is returned.
+/// Why an ingest failed. The store is unchanged whenever one of these is returned. The
+/// message says it all: the inner error is not also a `source()`, which error reporters would
+/// print a second time.
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
-    #[error("{}: {source}", path.display())]
-    Detect { path: PathBuf, source: DetectError },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
+    Detect { path: PathBuf, error: DetectError },
+    #[error("{}: {error}", path.display())]
     Trace {
         path: PathBuf,
-        source: TraceErrorDisplay,
+        error: TraceErrorDisplay,
     },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}: no trace files in this directory (tried: {})", .0.display(), source::TRIED)]
     EmptyDirectory(PathBuf),
@@ -165,7 +167,7 @@ pub fn ingest(
                 Err(e) => {
                     return Err(IngestError::Detect {
                         path: f.clone(),
-                        source: e,
+                        error: e,
                     })
                 }
             }
@@ -187,9 +189,9 @@ pub fn ingest(
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> IngestError + '_ {
-    move |source| IngestError::Io {
+    move |error| IngestError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -304,13 +306,13 @@ fn ingest_run(
         });
         let file =
             finish_file(&writer, parsed, spool, fallback_rank, gpu).map_err(|e| match e {
-                IngestError::Io { source, .. } => IngestError::Io {
+                IngestError::Io { error, .. } => IngestError::Io {
                     path: src.path.clone(),
-                    source,
+                    error,
                 },
-                IngestError::Trace { source, .. } => IngestError::Trace {
+                IngestError::Trace { error, .. } => IngestError::Trace {
                     path: src.path.clone(),
-                    source,
+                    error,
                 },
                 e => e,
             })?;
@@ -363,7 +365,7 @@ fn parse_source(
 ) -> Result<(ParsedTrace, Option<nsys::GpuTables>), IngestError> {
     let trace_error = |e| IngestError::Trace {
         path: src.path.clone(),
-        source: TraceErrorDisplay(e),
+        error: TraceErrorDisplay(e),
     };
     match src.format {
         Format::Kineto => {
@@ -393,7 +395,7 @@ fn parse_source(
             .map(|t| (t, None))
             .map_err(|(path, e)| IngestError::Trace {
                 path,
-                source: TraceErrorDisplay(e),
+                error: TraceErrorDisplay(e),
             }),
         Format::StageLog => {
             let reader = src.reader().map_err(io_error(&src.path))?;
@@ -783,7 +785,7 @@ fn write_windowed(
         let state = preparer.join().unwrap_or_else(|_| {
             Err(IngestError::Io {
                 path: PathBuf::new(),
-                source: std::io::Error::other("the window thread panicked"),
+                error: std::io::Error::other("the window thread panicked"),
             })
         });
         match write_error {
@@ -820,13 +822,13 @@ fn write_windowed(
     match (counts, direct.finish()) {
         (Err(Some(e)), _) => Err(IngestError::Trace {
             path: PathBuf::new(),
-            source: TraceErrorDisplay(e),
+            error: TraceErrorDisplay(e),
         }),
         (_, Err(e)) => Err(e),
         // Only a write error stops the reading, and it was returned above.
         (Err(None), Ok(_)) => Err(IngestError::Io {
             path: PathBuf::new(),
-            source: std::io::Error::other("reading the GPU tables stopped"),
+            error: std::io::Error::other("reading the GPU tables stopped"),
         }),
         (Ok(counts), Ok(parts)) => {
             written.extend(parts);
@@ -860,7 +862,7 @@ impl DirectParts<'_> {
             Err(e) => {
                 lock(&self.error).get_or_insert(IngestError::Io {
                     path: PathBuf::from("launch index"),
-                    source: e,
+                    error: e,
                 });
                 return Err(());
             }
