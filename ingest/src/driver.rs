@@ -666,7 +666,6 @@ struct WindowState {
     steps: Vec<crate::events::Step>,
     per_process: bool,
     launches: LaunchIndexWriter,
-    launch_index: PathBuf,
 }
 
 impl WindowState {
@@ -707,9 +706,9 @@ impl WindowState {
             self.steps.clone(),
             self.per_process,
         );
-        self.launches
-            .push_run(&resolver.take_launches())
-            .map_err(io_error(&self.launch_index))?;
+        let launches = resolver.take_launches();
+        let path = self.launches.path().to_path_buf();
+        self.launches.push_run(&launches).map_err(io_error(&path))?;
         // The ranges still open go on to the process's next window.
         let starts = self.windows.starts();
         if let Some(&(_, next)) = starts.get(w + 1).filter(|n| n.0 == starts[w].0) {
@@ -723,7 +722,7 @@ impl WindowState {
 /// (one process, a stretch of time), then reads and writes its GPU tables. Each window is
 /// attributed with its own ranges and those of its process still open, and its launches go to
 /// a launch index (compact, in memory up to a budget, then in a scratch file), where the GPU
-/// rows look them up: memory holds two windows, not the whole export's ranges and launches.
+/// rows look them up: memory holds three windows, not the whole export's ranges and launches.
 fn write_windowed(
     ctx: &PartContext<'_>,
     host: HostStructure,
@@ -748,11 +747,10 @@ fn write_windowed(
         steps,
         per_process: correlation_per_process,
         launches: LaunchIndexWriter::new(gpu.launch_index.clone(), gpu.launch_budget),
-        launch_index: gpu.launch_index.clone(),
     };
     // Windows are prepared (decoded, their ranges sorted and launches attributed: mostly
-    // serial work) on a thread of their own, one ahead of the window being written, so that
-    // the writing never waits for it.
+    // serial work) on a thread of their own, up to two ahead of the window being written, so
+    // that the writing seldom waits for it.
     let mut written = Vec::new();
     let state = std::thread::scope(|scope| -> Result<WindowState, IngestError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -944,16 +942,7 @@ impl Facts {
     fn of(batches: &[RecordBatch], host_span: Option<(i64, i64)>) -> Facts {
         let mut f = Facts::default();
         for b in batches {
-            let kinds = b
-                .column_by_name("kind")
-                .expect("kind")
-                .as_dictionary::<Int32Type>();
-            let kind_of: Vec<Kind> = kinds
-                .values()
-                .as_string::<i32>()
-                .iter()
-                .map(|v| v.and_then(Kind::from_name).unwrap_or(Kind::Other))
-                .collect();
+            let (kinds, kind_of) = crate::events::kinds_of(b);
             let ts = b
                 .column_by_name("ts")
                 .expect("ts")
@@ -970,7 +959,7 @@ impl Facts {
                 let (t, end) = (ts.value(i), ts.value(i) + dur.value(i).max(0));
                 f.first_ts = Some(f.first_ts.map_or(t, |v| v.min(t)));
                 f.last_ts = Some(f.last_ts.map_or(end, |v| v.max(end)));
-                if kind_of[kinds.keys().value(i) as usize].is_gpu() {
+                if kind_of[kinds.keys().value(i) as usize].is_some_and(Kind::is_gpu) {
                     if !device.is_null(i) {
                         f.devices.insert(device.value(i));
                     }

@@ -151,15 +151,9 @@ fn decode_block(bytes: &[u8], len: usize, out: &mut Vec<AttributedLaunch>) -> io
     Ok(())
 }
 
-/// Sorts launches by key and keeps one per key: the first of equal keys in `launches`' order.
-pub fn sort_unique(launches: &mut Vec<AttributedLaunch>) {
-    launches.sort_by_key(AttributedLaunch::key);
-    launches.dedup_by_key(|l| l.key());
-}
-
 /// Where GPU rows find their launches.
 pub enum Launches {
-    /// Sorted by key, one per key ([`sort_unique`]).
+    /// Sorted by key, one per key.
     Memory(Vec<AttributedLaunch>),
     Index(LaunchIndex),
 }
@@ -231,8 +225,8 @@ impl LaunchIndexWriter {
         }
     }
 
-    /// Appends a run; `launches` must be sorted by key with one launch per key
-    /// ([`sort_unique`]). Where runs share a key, the earlier run's launch is found.
+    /// Appends a run; `launches` must be sorted by key with one launch per key. Where runs
+    /// share a key, the earlier run's launch is found.
     pub fn push_run(&mut self, launches: &[AttributedLaunch]) -> io::Result<()> {
         let Some(last) = launches.last() else {
             return Ok(());
@@ -263,6 +257,11 @@ impl LaunchIndexWriter {
             self.memory.shrink_to(1 << 20);
         }
         Ok(())
+    }
+
+    /// The scratch file the blocks go to past the budget.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
     }
 
     pub fn finish(mut self) -> io::Result<LaunchIndex> {
@@ -322,16 +321,14 @@ impl LaunchIndex {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.runs.iter().map(|r| r.len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Whether the blocks went to the scratch file.
-    pub fn spilled(&self) -> bool {
+    #[cfg(test)]
+    fn spilled(&self) -> bool {
         matches!(self.bytes, Bytes::File(..))
     }
 
@@ -431,6 +428,12 @@ impl Drop for LaunchIndex {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    /// Sorted by key, one per key: the first of equal keys in `launches`' order.
+    fn sort_unique(launches: &mut Vec<AttributedLaunch>) {
+        launches.sort_by_key(AttributedLaunch::key);
+        launches.dedup_by_key(|l| l.key());
+    }
 
     fn launch(correlation: i64, pid: i64, n: i64) -> AttributedLaunch {
         AttributedLaunch::new(

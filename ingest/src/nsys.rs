@@ -1003,6 +1003,8 @@ pub struct Export {
     trace: ParsedTrace,
     host_tasks: Vec<Task>,
     gpu_tasks: Vec<Task>,
+    /// The host tables and their rowids (from, to exclusive).
+    host_tables: Vec<(&'static str, i64, i64)>,
 }
 
 impl Export {
@@ -1034,6 +1036,7 @@ impl Export {
         // Cut every table into rowid ranges, to be read on all cores.
         let mut host_tasks: Vec<Task> = Vec::new();
         let mut gpu_tasks: Vec<Task> = Vec::new();
+        let mut host_tables = Vec::new();
         for source in [
             Source::Runtime,
             Source::Nvtx,
@@ -1051,7 +1054,10 @@ impl Export {
             };
             let sql = select.sql();
             let tasks = match source {
-                Source::Runtime | Source::Nvtx | Source::Overhead => &mut host_tasks,
+                Source::Runtime | Source::Nvtx | Source::Overhead => {
+                    host_tables.push((select.table, lo, hi.saturating_add(1)));
+                    &mut host_tasks
+                }
                 Source::Kernel | Source::Memcpy | Source::Memset | Source::Sync => &mut gpu_tasks,
             };
             let mut a = lo;
@@ -1072,6 +1078,7 @@ impl Export {
             trace,
             host_tasks,
             gpu_tasks,
+            host_tables,
         })
     }
 
@@ -1089,17 +1096,10 @@ impl Export {
             return Ok(Vec::new());
         }
         let conn = open(&self.ctx.path)?;
-        let mut tables: Vec<(&str, i64, i64)> = Vec::new();
-        for t in &self.host_tasks {
-            match tables.iter_mut().find(|(name, _, _)| *name == t.table) {
-                Some(entry) => entry.2 = entry.2.max(t.hi),
-                None => tables.push((t.table, t.lo, t.hi)),
-            }
-        }
         // By process (`i64::MIN`: none): sampled starts, each standing for the rows of its
         // table up to the next sample.
         let mut samples: BTreeMap<i64, Vec<(i64, f64)>> = BTreeMap::new();
-        for (table, lo, hi) in tables {
+        for &(table, lo, hi) in &self.host_tables {
             let has_thread =
                 columns_of(&conn, table)?.is_some_and(|cols| cols.iter().any(|c| c == "globalTid"));
             let thread = if has_thread { "globalTid" } else { "NULL" };
@@ -1178,6 +1178,7 @@ impl Export {
             mut trace,
             host_tasks,
             gpu_tasks,
+            ..
         } = self;
         let total: i64 = host_tasks.iter().chain(&gpu_tasks).map(Task::rows).sum();
         let done = AtomicU64::new(0);

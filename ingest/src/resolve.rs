@@ -126,24 +126,6 @@ pub struct Resolver {
     steps: Vec<Step>,
 }
 
-/// Search positions carried from one lookup to the next (see [`partition_point_near`]).
-#[derive(Default)]
-struct Hints {
-    step: usize,
-    /// The thread the nest hints are for, and the operator and annotation positions.
-    nest: Option<(u32, usize, usize)>,
-}
-
-impl Hints {
-    fn nest_of(&mut self, thread: u32) -> (&mut usize, &mut usize) {
-        if self.nest.map(|(t, _, _)| t) != Some(thread) {
-            self.nest = Some((thread, 0, 0));
-        }
-        let (_, op, scope) = self.nest.as_mut().expect("set above");
-        (op, scope)
-    }
-}
-
 impl Resolver {
     /// The resolver of a whole file's host structure.
     pub fn new(host: HostStructure) -> Resolver {
@@ -250,12 +232,9 @@ impl Resolver {
 
     /// Hands the attributed launches over (sorted by key, one per key), leaving none.
     pub fn take_launches(&mut self) -> Vec<AttributedLaunch> {
-        match std::mem::replace(&mut self.launches, Launches::Memory(Vec::new())) {
-            Launches::Memory(launches) => launches,
-            index @ Launches::Index(_) => {
-                self.launches = index;
-                Vec::new()
-            }
+        match &mut self.launches {
+            Launches::Memory(launches) => std::mem::take(launches),
+            Launches::Index(_) => Vec::new(),
         }
     }
 
@@ -345,8 +324,9 @@ impl Resolver {
         let mut scope = Int32Builder::with_capacity(n);
         let mut given = GivenTexts::new(self.names.len());
         // Rows come in runs of one thread and rising times: every search starts where the
-        // previous one of its kind ended.
-        let mut hints = Hints::default();
+        // previous one of its kind (and thread) ended.
+        let mut step_hint = 0;
+        let mut nest_hints: Vec<[usize; 2]> = vec![[0; 2]; self.threads.len()];
         let mut last_thread: Option<((i64, i64), Option<u32>)> = None;
         for (i, launch) in launches.iter().enumerate() {
             let kind = kind_of(i);
@@ -389,7 +369,7 @@ impl Resolver {
                     Some(k) => Some(self.thread_ids.keys()[k as usize].0),
                     None => pid.is_valid(i).then(|| pid.value(i)),
                 };
-                step.append_option(self.step_at(t, process, &mut hints.step));
+                step.append_option(self.step_at(t, process, &mut step_hint));
             }
             if given_texts {
                 continue;
@@ -400,7 +380,7 @@ impl Resolver {
                 continue;
             };
             let (ops, annotations) = &self.threads[thread as usize];
-            let (op_hint, scope_hint) = hints.nest_of(thread);
+            let [op_hint, scope_hint] = &mut nest_hints[thread as usize];
             let op_name = kind
                 .is_launch()
                 .then(|| self.innermost(ops, t, op_hint))

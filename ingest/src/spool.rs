@@ -186,6 +186,9 @@ impl Frame {
     }
 }
 
+/// Where the first window starts: before every (process, time), a null pid included.
+const FIRST_WINDOW: (i64, i64) = (i64::MIN, i64::MIN);
+
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
@@ -206,7 +209,8 @@ pub struct Spool {
     rows: usize,
     /// Schema of the batches (of the first one; every batch of a spool has it).
     schema: Option<SchemaRef>,
-    /// Where the windows start, as (process, time) ([`Self::set_windows`]); empty: one.
+    /// Where the windows start, as (process, time) ([`Self::set_windows`]); the first is
+    /// [`FIRST_WINDOW`].
     windows: Vec<(i64, i64)>,
 }
 
@@ -224,7 +228,7 @@ impl Spool {
             spilled_bytes: 0,
             rows: 0,
             schema: None,
-            windows: Vec::new(),
+            windows: vec![FIRST_WINDOW],
         }
     }
 
@@ -235,8 +239,8 @@ impl Spool {
     pub fn set_windows(&mut self, mut starts: Vec<(i64, i64)>) {
         debug_assert!(starts.windows(2).all(|w| w[0] < w[1]));
         debug_assert!(self.rows == 0, "windows are set before the first batch");
-        if starts.first() != Some(&(i64::MIN, i64::MIN)) {
-            starts.insert(0, (i64::MIN, i64::MIN));
+        if starts.first() != Some(&FIRST_WINDOW) {
+            starts.insert(0, FIRST_WINDOW);
         }
         self.windows = starts;
     }
@@ -394,9 +398,6 @@ impl Spool {
     /// The frames by window ([`Self::set_windows`]).
     pub fn into_windows(mut self) -> io::Result<Windows> {
         self.encode_pending()?;
-        if self.windows.is_empty() {
-            self.windows.push((i64::MIN, i64::MIN));
-        }
         let count = self.windows.len();
         let mut memory: Vec<Vec<Frame>> = (0..count).map(|_| Vec::new()).collect();
         for (w, f) in std::mem::take(&mut self.memory) {
