@@ -95,36 +95,18 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
 }
 
 /// Row order by `keys` (ascending, nulls first). Four integer keys, the common case, are
-/// sorted as packed integers, much faster than the generic comparator of
-/// `lexsort_to_indices`: the first three keys (rank, device, stream: few distinct values) are
-/// numbered in order, and each row becomes `group | has_last | last | row` in one `u128`.
+/// sorted much faster than by the generic comparator of `lexsort_to_indices`: the first three
+/// keys (rank, device, stream: few distinct values) number each row's group in key order, the
+/// rows are bucketed by group, and each bucket is sorted by `has_last | last | row` packed in
+/// one `u128`. A bucket holds the rows of one stream in their order in the input, which is a
+/// few rising runs (one per input batch), so the run-merging stable sort is near linear.
 fn sort_order(keys: &[SortColumn]) -> Result<datafusion::arrow::array::UInt32Array> {
-    let ints: Option<Vec<Vec<Option<i64>>>> = keys
-        .iter()
-        .map(|k| match k.values.data_type() {
-            DataType::Int64 => Some(
-                k.values
-                    .as_any()
-                    .downcast_ref::<Int64Array>()?
-                    .iter()
-                    .collect(),
-            ),
-            DataType::Int32 => Some(
-                k.values
-                    .as_any()
-                    .downcast_ref::<Int32Array>()?
-                    .iter()
-                    .map(|v| v.map(i64::from))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
+    let ints: Option<Vec<IntKey<'_>>> = keys.iter().map(|k| IntKey::of(&k.values)).collect();
     let Some(ints) = ints.filter(|c| c.len() == 4) else {
         return Ok(compute::lexsort_to_indices(keys, None)?);
     };
     let n = ints[0].len();
-    let prefix = |i: usize| [ints[0][i], ints[1][i], ints[2][i]];
+    let prefix = |i: usize| [ints[0].get(i), ints[1].get(i), ints[2].get(i)];
     // Provisional group ids in order of appearance (rows come in runs of one stream)...
     let mut ids: HashMap<[Option<i64>; 3], u32> = HashMap::new();
     let mut group = Vec::with_capacity(n);
@@ -150,20 +132,64 @@ fn sort_order(keys: &[SortColumn]) -> Result<datafusion::arrow::array::UInt32Arr
     for (rank, (_, id)) in distinct.iter().enumerate() {
         rank_of[*id as usize] = rank as u32;
     }
-    let mut rows: Vec<u128> = (0..n)
-        .map(|i| {
-            let (some, value) = match ints[3][i] {
-                Some(v) => (1u128, (v as u64 ^ (1 << 63)) as u128),
-                None => (0, 0),
-            };
-            (rank_of[group[i] as usize] as u128) << 97 | some << 96 | value << 32 | i as u128
-        })
-        .collect();
+    // Bucket starts by group rank.
+    let mut starts = vec![0usize; distinct.len() + 1];
+    for &g in &group {
+        starts[rank_of[g as usize] as usize + 1] += 1;
+    }
+    for r in 1..starts.len() {
+        starts[r] += starts[r - 1];
+    }
+    let mut fill = starts.clone();
+    let mut rows = vec![0u128; n];
+    let last_key = &ints[3];
+    for (i, &g) in group.iter().enumerate() {
+        let (some, value) = match last_key.get(i) {
+            Some(v) => (1u128, (v as u64 ^ (1 << 63)) as u128),
+            None => (0, 0),
+        };
+        let slot = &mut fill[rank_of[g as usize] as usize];
+        rows[*slot] = some << 96 | value << 32 | i as u128;
+        *slot += 1;
+    }
     drop(group);
-    rows.sort_unstable();
+    for bucket in starts.windows(2) {
+        rows[bucket[0]..bucket[1]].sort();
+    }
     Ok(datafusion::arrow::array::UInt32Array::from_iter_values(
         rows.into_iter().map(|r| r as u32),
     ))
+}
+
+/// An integer sort key column, read without copying.
+enum IntKey<'a> {
+    I32(&'a Int32Array),
+    I64(&'a Int64Array),
+}
+
+impl<'a> IntKey<'a> {
+    fn of(values: &'a ArrayRef) -> Option<IntKey<'a>> {
+        match values.data_type() {
+            DataType::Int32 => Some(IntKey::I32(values.as_any().downcast_ref()?)),
+            DataType::Int64 => Some(IntKey::I64(values.as_any().downcast_ref()?)),
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            IntKey::I32(a) => a.len(),
+            IntKey::I64(a) => a.len(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<i64> {
+        match self {
+            IntKey::I32(a) => a.is_valid(i).then(|| i64::from(a.value(i))),
+            IntKey::I64(a) => a.is_valid(i).then(|| a.value(i)),
+        }
+    }
 }
 
 fn schema_error(table: TableKind, reason: String) -> Error {

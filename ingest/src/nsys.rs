@@ -31,6 +31,7 @@
 //! [`host_structure`]), so memory does not grow with the export.
 
 use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch, Step};
+use crate::sqlite_pages::{self, PageFile, TablePlan, Value};
 use crate::trace::{ParsedTrace, TraceError};
 use datafusion::arrow::array::RecordBatch;
 use regex::Regex;
@@ -41,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// NVTX range texts that mark training steps: `ProfilerStep#12`, `step 12`, `Step_12`,
 /// `iteration_12`, `iter 12`, `train_step[12]`. The capture group is the step number.
@@ -52,6 +53,9 @@ pub const DEFAULT_STEP_PATTERN: &str =
 /// kernel's text distinct).
 const KERNEL_ARGS_CACHED: usize = 4096;
 
+/// Distinct NVTX range texts remembered per reading task.
+const RANGE_TEXTS_CACHED: usize = 4096;
+
 /// Rows per batch handed to the sink, and per rowid range read by one task.
 const BATCH_ROWS: i64 = 1 << 16;
 
@@ -60,12 +64,16 @@ const BATCH_ROWS: i64 = 1 << 16;
 pub struct NsysOptions {
     /// NVTX range texts matching this pattern are steps; its first capture group is the number.
     pub step_pattern: Regex,
+    /// Read the large tables from the file's pages rather than through SQLite queries, where
+    /// the file allows (the default; off only to compare the two in tests).
+    pub read_pages: bool,
 }
 
 impl Default for NsysOptions {
     fn default() -> Self {
         NsysOptions {
             step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default step pattern"),
+            read_pages: true,
         }
     }
 }
@@ -114,19 +122,22 @@ fn columns_of(conn: &Connection, table: &str) -> Result<Option<Vec<String>>, Tra
 struct Select {
     table: &'static str,
     sql_columns: String,
+    /// The selected columns after `rowid`; `None` where the table lacks an optional one.
+    columns: Vec<Option<&'static str>>,
 }
 
 impl Select {
     fn new(
         conn: &Connection,
         table: &'static str,
-        required: &[&str],
-        optional: &[&str],
+        required: &[&'static str],
+        optional: &[&'static str],
     ) -> Result<Option<Select>, TraceError> {
         let Some(have) = columns_of(conn, table)? else {
             return Ok(None);
         };
         let mut parts = Vec::new();
+        let mut columns = Vec::new();
         for c in required {
             if !have.iter().any(|h| h == c) {
                 return Err(TraceError::whole(format!(
@@ -135,17 +146,21 @@ impl Select {
                 )));
             }
             parts.push(format!("\"{c}\""));
+            columns.push(Some(*c));
         }
         for c in optional {
             if have.iter().any(|h| h == c) {
                 parts.push(format!("\"{c}\""));
+                columns.push(Some(*c));
             } else {
                 parts.push("NULL".into());
+                columns.push(None);
             }
         }
         Ok(Some(Select {
             table,
             sql_columns: parts.join(", "),
+            columns,
         }))
     }
 
@@ -161,6 +176,14 @@ impl Select {
             |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
         )
         .map_err(sql_error(self.table))
+    }
+
+    /// How to read the rows from the table's pages instead (see [`sqlite_pages`]); `None`
+    /// when the table needs SQLite.
+    fn page_plan(&self, conn: &Connection) -> Result<Option<TablePlan>, TraceError> {
+        let mut columns = vec![Some("rowid")];
+        columns.extend(self.columns.iter().copied());
+        sqlite_pages::plan(conn, self.table, &columns).map_err(sql_error(self.table))
     }
 
     fn sql(&self) -> String {
@@ -375,6 +398,9 @@ struct Context {
     /// the few domain rows scans all of NVTX_EVENTS, which then overlaps other reading.
     domains: std::sync::OnceLock<Result<Domains, String>>,
     step_pattern: Regex,
+    /// The export opened for reading its large tables' pages directly; `None` where that
+    /// needs SQLite (see [`sqlite_pages`]).
+    pages: Option<PageFile>,
 }
 
 impl Context {
@@ -589,23 +615,84 @@ fn failure(conn: &Connection, rc: i32) -> rusqlite::Error {
 }
 
 /// Reads rows `[lo, hi)` of one table.
-fn read_range(
-    ctx: &Context,
-    source: Source,
-    sql: &str,
-    table: &'static str,
-    lo: i64,
-    hi: i64,
-) -> Result<Part, TraceError> {
-    let conn = open(&ctx.path)?;
-    let mut rows = RangeRows::new(&conn, sql, lo, hi).map_err(sql_error(table))?;
+fn read_range(ctx: &Context, task: &Task) -> Result<Part, TraceError> {
+    match (&ctx.pages, &task.plan) {
+        (Some(pages), Some(plan)) => {
+            let mut rows = PageRows(pages.scan(plan, task.lo, task.hi));
+            read_rows(ctx, task, &mut rows)
+        }
+        _ => {
+            let conn = open(&ctx.path)?;
+            let mut rows = RangeRows::new(&conn, &task.sql, task.lo, task.hi)
+                .map_err(sql_error(task.table))?;
+            read_rows(ctx, task, &mut rows)
+        }
+    }
+}
+
+/// Rows of a rowid range: column 0 is the rowid, then the task's selected columns.
+trait Rows {
+    /// Moves to the next row; false at the end.
+    fn step(&mut self) -> Result<bool, String>;
+    /// Integer column `i`: `Ok(None)` for NULL, `Err(type name)` for another type.
+    fn int(&self, i: usize) -> Result<Option<i64>, &'static str>;
+    /// Column `i` as text (numbers as their decimal text); `None` for NULL.
+    fn text(&self, i: usize) -> Option<String>;
+}
+
+impl Rows for RangeRows<'_> {
+    fn step(&mut self) -> Result<bool, String> {
+        RangeRows::step(self).map_err(|e| e.to_string())
+    }
+    fn int(&self, i: usize) -> Result<Option<i64>, &'static str> {
+        RangeRows::int(self, i)
+    }
+    fn text(&self, i: usize) -> Option<String> {
+        RangeRows::text(self, i)
+    }
+}
+
+/// Rows read from the table's pages. Unlike SQLite, a real number in an integer column is an
+/// error rather than truncated (nsys writes none).
+struct PageRows<'p>(sqlite_pages::Scan<'p>);
+
+impl Rows for PageRows<'_> {
+    fn step(&mut self) -> Result<bool, String> {
+        self.0.step().map_err(|e| e.to_string())
+    }
+    fn int(&self, i: usize) -> Result<Option<i64>, &'static str> {
+        match self.0.value(i) {
+            Value::Null => Ok(None),
+            Value::Int(v) => Ok(Some(v)),
+            Value::Real(_) => Err("a real number"),
+            Value::Text(_) => Err("text"),
+            Value::Blob(_) => Err("a blob"),
+        }
+    }
+    fn text(&self, i: usize) -> Option<String> {
+        match self.0.value(i) {
+            Value::Null => None,
+            Value::Int(v) => Some(v.to_string()),
+            Value::Real(v) => Some(v.to_string()),
+            Value::Text(b) | Value::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        }
+    }
+}
+
+/// Reads a task's rows from `rows` into a part.
+fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, TraceError> {
+    let (source, table, lo, hi) = (task.source, task.table, task.lo, task.hi);
     let mut part = Part::default();
     let mut cols = EventColumns::with_capacity((hi - lo).clamp(0, BATCH_ROWS) as usize);
     let mut args = String::new();
     // The kernels of one name mostly share their short name, context and shared memory: their
     // `args` text (unfinished, as `finish_args` takes it) is built once per combination.
     let mut kernel_args: HashMap<[Option<i64>; 6], String, ahash::RandomState> = HashMap::default();
-    let int = |r: &RangeRows<'_>, i: usize| -> Result<Option<i64>, TraceError> {
+    // NVTX range texts repeat: whether one names an operator, and its step number, are worked
+    // out (a regex match) once per distinct text.
+    let mut range_texts: HashMap<String, (bool, Option<i64>), ahash::RandomState> =
+        HashMap::default();
+    let int = |r: &R, i: usize| -> Result<Option<i64>, TraceError> {
         r.int(i).map_err(|found| {
             let row = r.int(0).ok().flatten().unwrap_or(-1);
             TraceError::at_row(
@@ -615,8 +702,11 @@ fn read_range(
             )
         })
     };
-    while rows.step().map_err(sql_error(table))? {
-        let r = &rows;
+    while rows
+        .step()
+        .map_err(|e| TraceError::whole(format!("{table}: {e}")))?
+    {
+        let r = &*rows;
         let rowid = int(r, 0)?.unwrap_or(-1);
         let bad = |m: &str| TraceError::at_row(table, rowid, m.to_string());
         let start = int(r, 1)?.ok_or_else(|| bad("start is NULL"))?;
@@ -810,14 +900,20 @@ fn read_range(
                 let (kind, dur) = match (is_range, end) {
                     (false, _) => (Kind::Instant, 0),
                     (true, Some(end)) => {
-                        let operator = operator_name(name);
-                        // Most ranges are not steps: the match test alone allocates nothing.
-                        if let Some(step) = Some(name)
-                            .filter(|name| ctx.step_pattern.is_match(name))
-                            .and_then(|name| ctx.step_pattern.captures(name))
-                            .and_then(|c| c.get(1))
-                            .and_then(|m| m.as_str().parse::<i64>().ok())
-                        {
+                        let known = range_texts.get(name).copied();
+                        let (operator, step) = known.unwrap_or_else(|| {
+                            // Most ranges are not steps: the match test alone allocates nothing.
+                            let step = Some(name)
+                                .filter(|name| ctx.step_pattern.is_match(name))
+                                .and_then(|name| ctx.step_pattern.captures(name))
+                                .and_then(|c| c.get(1))
+                                .and_then(|m| m.as_str().parse::<i64>().ok());
+                            (operator_name(name).is_some(), step)
+                        });
+                        if known.is_none() && range_texts.len() < RANGE_TEXTS_CACHED {
+                            range_texts.insert(name.to_string(), (operator, step));
+                        }
+                        if let Some(step) = step {
                             part.host.steps.push(Step {
                                 process: pid.unwrap_or(0),
                                 start,
@@ -826,7 +922,7 @@ fn read_range(
                             });
                         }
                         part.host.extend_host_span(start, end);
-                        let kind = if operator.is_some() {
+                        let kind = if operator {
                             Kind::CpuOp
                         } else {
                             Kind::Annotation
@@ -922,6 +1018,8 @@ fn finish_args(args: &mut String) {
 struct Task {
     source: Source,
     sql: String,
+    /// How to read the range from the table's pages, when [`Context::pages`] is open.
+    plan: Option<Arc<TablePlan>>,
     table: &'static str,
     lo: i64,
     hi: i64,
@@ -983,8 +1081,7 @@ impl GpuTables {
         use rayon::prelude::*;
         let counts = Mutex::new(Counts::default());
         self.tasks.par_iter().try_for_each(|t| {
-            let part =
-                read_range(&self.ctx, t.source, &t.sql, t.table, t.lo, t.hi).map_err(Some)?;
+            let part = read_range(&self.ctx, t).map_err(Some)?;
             let done = self.done.fetch_add(t.rows() as u64, Ordering::Relaxed) + t.rows() as u64;
             progress(done as f64 / self.total.max(1) as f64);
             counts.lock().unwrap_or_else(|e| e.into_inner()).add(&part);
@@ -1027,6 +1124,11 @@ impl Export {
             mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
             domains: std::sync::OnceLock::new(),
             step_pattern: opts.step_pattern.clone(),
+            // Unreadable here means unreadable for SQLite too, which then says why.
+            pages: match opts.read_pages {
+                true => PageFile::open(path).ok().flatten(),
+                false => None,
+            },
         };
         let trace = ParsedTrace {
             epoch_time: false,
@@ -1053,6 +1155,10 @@ impl Export {
                 continue;
             };
             let sql = select.sql();
+            let plan = match ctx.pages {
+                Some(_) => select.page_plan(&conn)?.map(Arc::new),
+                None => None,
+            };
             let tasks = match source {
                 Source::Runtime | Source::Nvtx | Source::Overhead => {
                     host_tables.push((select.table, lo, hi.saturating_add(1)));
@@ -1066,6 +1172,7 @@ impl Export {
                 tasks.push(Task {
                     source,
                     sql: sql.clone(),
+                    plan: plan.clone(),
                     table: select.table,
                     lo: a,
                     hi: b,
@@ -1194,7 +1301,7 @@ impl Export {
                 use rayon::prelude::*;
                 // Keep task order so batches arrive roughly sorted; the channel bounds memory.
                 let _ = tasks.par_iter().try_for_each_with(tx, |tx, t| {
-                    let part = read_range(ctx, t.source, &t.sql, t.table, t.lo, t.hi);
+                    let part = read_range(ctx, t);
                     let failed = part.is_err();
                     let n = done.fetch_add(t.rows() as u64, Ordering::Relaxed) + t.rows() as u64;
                     progress(n as f64 / total.max(1) as f64);
@@ -1504,6 +1611,62 @@ mod tests {
             }
         );
         assert!(err.message.contains("column 3"), "{}", err.message);
+    }
+
+    /// Every row an export's tables give, as sorted text lines.
+    fn all_rows(path: &Path, read_pages: bool) -> Vec<String> {
+        let opts = NsysOptions {
+            read_pages,
+            ..Default::default()
+        };
+        let export = Export::open(path, &opts).unwrap();
+        assert_eq!(export.ctx.pages.is_some(), read_pages, "{}", path.display());
+        let planned = export.host_tasks.iter().chain(&export.gpu_tasks);
+        assert!(planned.clone().all(|t| t.plan.is_some() == read_pages));
+        let batches = Mutex::new(Vec::new());
+        let mut sink = |b| {
+            batches.lock().unwrap().push(b);
+            Ok(())
+        };
+        let (_, gpu) = export.read_host(&|_| {}, &mut sink).unwrap();
+        gpu.read(&|_| {}, &|b| {
+            batches.lock().unwrap().push(b);
+            Ok(())
+        })
+        .unwrap();
+        let batches = batches.into_inner().unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches).unwrap();
+        let mut lines: Vec<String> = text.to_string().lines().map(str::to_string).collect();
+        lines.sort_unstable();
+        lines
+    }
+
+    #[test]
+    fn tables_read_from_pages_give_the_rows_sqlite_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let generated = dir.path().join("report.sqlite");
+        crate::synth_nsys::write_nsys(&crate::synth_nsys::NsysConfig::small(), &generated).unwrap();
+        let mut exports = vec![generated];
+        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/nsys");
+        match std::fs::read_dir(&shared) {
+            Ok(entries) => exports.extend(
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "sqlite")),
+            ),
+            Err(_) => eprintln!("SKIPPED: ../shared/traces/nsys not found; generated export only"),
+        }
+        for path in exports {
+            let (pages, sqlite) = (all_rows(&path, true), all_rows(&path, false));
+            assert!(
+                pages.len() > 10,
+                "{}: {} lines",
+                path.display(),
+                pages.len()
+            );
+            assert!(pages == sqlite, "{}: rows differ", path.display());
+        }
     }
 
     #[test]

@@ -1,0 +1,938 @@
+//! Reading rows of an SQLite table straight from its B-tree pages, for the Nsight Systems
+//! adapter's large tables.
+//!
+//! Stepping a `SELECT` through SQLite's virtual machine and fetching each value through the C
+//! API cost about a fifth of an export's ingest (`sqlite3VdbeExec`, `OP_Column`, API entry
+//! and exit for every value). A rowid-range scan of a rowid table needs none of that: the
+//! table's B-tree is walked in rowid order and each row's record is decoded once
+//! ([file format](https://www.sqlite.org/fileformat2.html), sections 1.6 and 2.1).
+//!
+//! Only what a read-only scan of a finished export needs is supported. [`PageFile::open`]
+//! returns `None` for anything else (a database in WAL mode or with a journal next to it,
+//! text not in UTF-8, an unknown page size), and [`PageFile::table`] for a table without
+//! rowids or with columns whose absent values are not NULL; the caller then reads through
+//! SQLite. Every offset read from the file is checked: a damaged or truncated file is an
+//! [`Error`] naming the page, never a panic.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Why a scan stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("cannot read page {page}: {message}")]
+    Io { page: u32, message: String },
+    /// A page or record is not what the format allows (a damaged or truncated file).
+    #[error("damaged database page {page}: {what}")]
+    Damaged { page: u32, what: &'static str },
+}
+
+/// Interior pages deeper than this mean a loop in the tree (a 4 KB-page tree of 2^64 rows is
+/// under 10 deep).
+const MAX_DEPTH: usize = 40;
+
+/// An SQLite database file opened for page reads.
+pub struct PageFile {
+    file: File,
+    page_size: usize,
+    /// Bytes of a page used by the B-tree (the page size less the reserved bytes).
+    usable: usize,
+    pages: u32,
+}
+
+/// Where a selected column's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnSource {
+    /// The row's rowid: `rowid` itself, or an `INTEGER PRIMARY KEY` column at this record
+    /// position (stored as NULL there; a value found there anyway is taken instead).
+    Rowid(Option<usize>),
+    /// The record's value at this position (NULL when the record is shorter).
+    Record(usize),
+    /// As `Record`, for a column of REAL affinity: SQLite stores its whole numbers as
+    /// integers, which read back as reals.
+    RealRecord(usize),
+    /// A column the table does not have.
+    Null,
+}
+
+/// A table to scan: its root page and where each selected column comes from.
+#[derive(Debug, Clone)]
+pub struct TablePlan {
+    pub root: u32,
+    pub columns: Vec<ColumnSource>,
+    /// Record fields to read: one past the last that a column comes from.
+    pub fields: usize,
+}
+
+/// A value of the current row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(&'a [u8]),
+    Blob(&'a [u8]),
+}
+
+impl PageFile {
+    /// Opens `path` for page reads; `None` when the file is not a plain rollback-journal
+    /// UTF-8 database without a pending journal (reading it needs SQLite itself).
+    pub fn open(path: &Path) -> std::io::Result<Option<PageFile>> {
+        let file = File::open(path)?;
+        let mut header = [0u8; 100];
+        if file.read_exact_at(&mut header, 0).is_err() {
+            return Ok(None);
+        }
+        let sidecar = |suffix: &str| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            Path::new(&p).exists()
+        };
+        let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+            1 => 65536,
+            n => n as usize,
+        };
+        let plain = &header[..16] == b"SQLite format 3\0"
+            // File format versions 1 (legacy) for both reading and writing: not WAL.
+            && header[18] == 1
+            && header[19] == 1
+            // Text encoding 1: UTF-8 (0 in an empty database).
+            && matches!(u32::from_be_bytes([header[56], header[57], header[58], header[59]]), 0 | 1)
+            && page_size.is_power_of_two()
+            && (512..=65536).contains(&page_size)
+            && !sidecar("-journal")
+            && !sidecar("-wal");
+        if !plain {
+            return Ok(None);
+        }
+        let usable = page_size - header[20] as usize;
+        if usable < 480 {
+            return Ok(None);
+        }
+        let pages = (file.metadata()?.len() / page_size as u64).min(u32::MAX as u64) as u32;
+        Ok(Some(PageFile {
+            file,
+            page_size,
+            usable,
+            pages,
+        }))
+    }
+
+    /// Reads page `page` (numbered from 1) into `buf`.
+    fn read_page(&self, page: u32, buf: &mut Vec<u8>) -> Result<(), Error> {
+        if page == 0 || page > self.pages {
+            return Err(Error::Damaged {
+                page,
+                what: "page number beyond the end of the file (truncated?)",
+            });
+        }
+        buf.resize(self.page_size, 0);
+        self.file
+            .read_exact_at(buf, (page as u64 - 1) * self.page_size as u64)
+            .map_err(|e| Error::Io {
+                page,
+                message: e.to_string(),
+            })
+    }
+
+    /// Rows with `lo <= rowid < hi` of the table rooted at `plan.root`, in rowid order.
+    pub fn scan<'p>(&'p self, plan: &'p TablePlan, lo: i64, hi: i64) -> Scan<'p> {
+        Scan {
+            file: self,
+            plan,
+            lo,
+            hi,
+            stack: Vec::new(),
+            started: false,
+            done: lo >= hi,
+            leaf: Vec::new(),
+            leaf_page: 0,
+            cells: 0,
+            next_cell: 0,
+            rowid: 0,
+            overflow: Vec::new(),
+            in_overflow: false,
+            payload_at: 0,
+            payload_len: 0,
+            fields: Vec::new(),
+            values: Vec::new(),
+            reads: 0,
+            loaded: false,
+        }
+    }
+}
+
+/// An interior page on the path to the current leaf, and the next of its children to visit.
+struct Interior {
+    page: u32,
+    bytes: Vec<u8>,
+    cells: usize,
+    /// Index of the next child: `cells` is the right-most child.
+    next: usize,
+}
+
+/// A rowid-range scan of one table; [`Scan::step`] moves to the next row.
+pub struct Scan<'p> {
+    file: &'p PageFile,
+    plan: &'p TablePlan,
+    lo: i64,
+    hi: i64,
+    stack: Vec<Interior>,
+    started: bool,
+    done: bool,
+    leaf: Vec<u8>,
+    leaf_page: u32,
+    cells: usize,
+    next_cell: usize,
+    rowid: i64,
+    /// The current row's payload when it spills onto overflow pages.
+    overflow: Vec<u8>,
+    in_overflow: bool,
+    /// The current payload in `leaf` (or all of `overflow`).
+    payload_at: usize,
+    payload_len: usize,
+    /// (serial type, offset in the payload) of each field of the current record.
+    fields: Vec<(u64, usize)>,
+    /// The current row's selected columns, decoded.
+    values: Vec<Cell>,
+    /// Pages read: a scan reads each page at most once, so more than the file has means a
+    /// loop in a damaged tree.
+    reads: u32,
+    /// A row was loaded (`rowid` is its rowid).
+    loaded: bool,
+}
+
+/// An SQLite varint at `at` in `b`: its value and length.
+#[inline]
+fn varint(b: &[u8], at: usize) -> Option<(u64, usize)> {
+    let first = *b.get(at)?;
+    if first < 0x80 {
+        return Some((u64::from(first), 1));
+    }
+    long_varint(b, at)
+}
+
+fn long_varint(b: &[u8], at: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for i in 0..8 {
+        let byte = *b.get(at + i)?;
+        v = (v << 7) | u64::from(byte & 0x7f);
+        if byte < 0x80 {
+            return Some((v, i + 1));
+        }
+    }
+    let byte = *b.get(at + 8)?;
+    Some(((v << 8) | u64::from(byte), 9))
+}
+
+fn be_u16(b: &[u8], at: usize) -> Option<usize> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]) as usize)
+}
+
+fn be_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Offset of the B-tree page header in page `page` (page 1 starts with the file header).
+fn header_at(page: u32) -> usize {
+    if page == 1 {
+        100
+    } else {
+        0
+    }
+}
+
+/// Bytes of the value of serial types 0 to 9.
+const SERIAL_LEN: [usize; 10] = [0, 1, 2, 3, 4, 6, 8, 8, 0, 0];
+
+const INTERIOR_TABLE: u8 = 0x05;
+const LEAF_TABLE: u8 = 0x0d;
+
+impl<'p> Scan<'p> {
+    fn damaged(&self, page: u32, what: &'static str) -> Error {
+        Error::Damaged { page, what }
+    }
+
+    fn read_page(&mut self, page: u32, buf: &mut Vec<u8>) -> Result<(), Error> {
+        self.reads += 1;
+        if self.reads > self.file.pages {
+            return Err(self.damaged(page, "the tree visits a page twice (a loop?)"));
+        }
+        self.file.read_page(page, buf)
+    }
+
+    /// Descends from `page` to the leaf holding the first rowid at or after `self.lo`, pushing
+    /// the interior pages passed.
+    fn descend(&mut self, mut page: u32) -> Result<(), Error> {
+        loop {
+            if self.stack.len() > MAX_DEPTH {
+                return Err(self.damaged(page, "the tree is deeper than any real table (a loop?)"));
+            }
+            let mut bytes = std::mem::take(&mut self.leaf);
+            self.read_page(page, &mut bytes)?;
+            let h = header_at(page);
+            let kind = bytes[h];
+            let cells = be_u16(&bytes, h + 3).ok_or_else(|| self.damaged(page, "short page"))?;
+            match kind {
+                LEAF_TABLE => {
+                    if h + 8 + 2 * cells > self.file.usable {
+                        return Err(self.damaged(page, "more cells than fit the page"));
+                    }
+                    self.leaf = bytes;
+                    self.leaf_page = page;
+                    self.cells = cells;
+                    // The first cell with rowid >= lo (cells are in rowid order).
+                    let mut a = 0;
+                    let mut b = cells;
+                    while a < b {
+                        let mid = (a + b) / 2;
+                        if self.leaf_cell_rowid(mid)? < self.lo {
+                            a = mid + 1;
+                        } else {
+                            b = mid;
+                        }
+                    }
+                    self.next_cell = a;
+                    return Ok(());
+                }
+                INTERIOR_TABLE => {
+                    if h + 12 + 2 * cells > self.file.usable {
+                        return Err(self.damaged(page, "more cells than fit the page"));
+                    }
+                    let mut interior = Interior {
+                        page,
+                        bytes,
+                        cells,
+                        next: 0,
+                    };
+                    // Child `i` holds rowids up to key `i`: the first child whose key >= lo.
+                    let (mut a, mut b) = (0, cells);
+                    while a < b {
+                        let mid = (a + b) / 2;
+                        if self.interior_key(&interior, mid)? < self.lo {
+                            a = mid + 1;
+                        } else {
+                            b = mid;
+                        }
+                    }
+                    let child = self.interior_child(&interior, a)?;
+                    interior.next = a + 1;
+                    self.stack.push(interior);
+                    self.leaf = Vec::new();
+                    page = child;
+                }
+                _ => return Err(self.damaged(page, "not a table B-tree page")),
+            }
+        }
+    }
+
+    fn cell_offset(
+        &self,
+        bytes: &[u8],
+        page: u32,
+        header: usize,
+        i: usize,
+    ) -> Result<usize, Error> {
+        let at = be_u16(bytes, header + i * 2)
+            .ok_or_else(|| self.damaged(page, "short cell pointer array"))?;
+        if at >= self.file.usable {
+            return Err(self.damaged(page, "cell pointer beyond the page"));
+        }
+        Ok(at)
+    }
+
+    /// Key (largest rowid of the child) of interior cell `i`.
+    fn interior_key(&self, p: &Interior, i: usize) -> Result<i64, Error> {
+        let at = self.cell_offset(&p.bytes, p.page, header_at(p.page) + 12, i)?;
+        let (key, _) = varint(&p.bytes[..self.file.usable], at + 4)
+            .ok_or_else(|| self.damaged(p.page, "short interior cell"))?;
+        Ok(key as i64)
+    }
+
+    /// Page number of child `i` of an interior page (`i == cells`: the right-most child).
+    fn interior_child(&self, p: &Interior, i: usize) -> Result<u32, Error> {
+        let h = header_at(p.page);
+        let child = if i == p.cells {
+            be_u32(&p.bytes, h + 8)
+        } else {
+            let at = self.cell_offset(&p.bytes, p.page, h + 12, i)?;
+            be_u32(&p.bytes[..self.file.usable], at)
+        };
+        child.ok_or_else(|| self.damaged(p.page, "short interior cell"))
+    }
+
+    fn leaf_cell_rowid(&self, i: usize) -> Result<i64, Error> {
+        let page = self.leaf_page;
+        let at = self.cell_offset(&self.leaf, page, header_at(page) + 8, i)?;
+        let b = &self.leaf[..self.file.usable];
+        let (_, n) = varint(b, at).ok_or_else(|| self.damaged(page, "short cell"))?;
+        let (rowid, _) = varint(b, at + n).ok_or_else(|| self.damaged(page, "short cell"))?;
+        Ok(rowid as i64)
+    }
+
+    /// Moves to the next row in the range; false at its end.
+    pub fn step(&mut self) -> Result<bool, Error> {
+        if self.done {
+            return Ok(false);
+        }
+        if !self.started {
+            self.started = true;
+            self.descend(self.plan.root)?;
+        }
+        while self.next_cell >= self.cells {
+            // The leaf is done: on to the next child of the nearest interior page with one.
+            loop {
+                let Some(top) = self.stack.last_mut() else {
+                    self.done = true;
+                    return Ok(false);
+                };
+                if top.next > top.cells {
+                    self.stack.pop();
+                    continue;
+                }
+                let i = top.next;
+                top.next += 1;
+                let top = self.stack.last().expect("just looked at");
+                // Children after key `i - 1` hold only rowids above it.
+                if i > 0 && self.interior_key(top, i - 1)? >= self.hi - 1 {
+                    self.done = true;
+                    return Ok(false);
+                }
+                let child = self.interior_child(top, i)?;
+                self.descend(child)?;
+                break;
+            }
+        }
+        let i = self.next_cell;
+        self.next_cell += 1;
+        self.load_cell(i)?;
+        if self.rowid >= self.hi {
+            self.done = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Reads cell `i` of the current leaf: its rowid, payload and record header.
+    fn load_cell(&mut self, i: usize) -> Result<(), Error> {
+        let page = self.leaf_page;
+        let usable = self.file.usable;
+        let at = self.cell_offset(&self.leaf, page, header_at(page) + 8, i)?;
+        let b = &self.leaf[..usable];
+        let short = || Error::Damaged {
+            page,
+            what: "short cell",
+        };
+        let (payload, n1) = varint(b, at).ok_or_else(short)?;
+        let (rowid, n2) = varint(b, at + n1).ok_or_else(short)?;
+        let rowid = rowid as i64;
+        if self.loaded && rowid <= self.rowid {
+            return Err(self.damaged(page, "rowids out of order"));
+        }
+        self.loaded = true;
+        self.rowid = rowid;
+        let start = at + n1 + n2;
+        let payload = usize::try_from(payload).map_err(|_| short())?;
+        // How much of the payload is on this page (file format 1.6, "cell payload overflow").
+        let max_local = usable - 35;
+        let local = if payload <= max_local {
+            payload
+        } else {
+            let min_local = (usable - 12) * 32 / 255 - 23;
+            let k = min_local + (payload - min_local) % (usable - 4);
+            if k <= max_local {
+                k
+            } else {
+                min_local
+            }
+        };
+        if start + local > usable {
+            return Err(short());
+        }
+        if local == payload {
+            self.in_overflow = false;
+            self.payload_at = start;
+            self.payload_len = payload;
+        } else {
+            let mut next = be_u32(b, start + local).ok_or_else(short)?;
+            self.overflow.clear();
+            self.overflow.extend_from_slice(&b[start..start + local]);
+            let mut buf = Vec::new();
+            let mut hops = 0u32;
+            while self.overflow.len() < payload {
+                hops += 1;
+                if next == 0 || hops > self.file.pages {
+                    return Err(self.damaged(page, "broken overflow chain"));
+                }
+                self.read_page(next, &mut buf)?;
+                let take = (payload - self.overflow.len()).min(usable - 4);
+                self.overflow.extend_from_slice(&buf[4..4 + take]);
+                next = be_u32(&buf, 0).ok_or_else(short)?;
+            }
+            self.in_overflow = true;
+            self.payload_at = 0;
+            self.payload_len = payload;
+        }
+        self.parse_record_header()
+    }
+
+    fn payload(&self) -> &[u8] {
+        if self.in_overflow {
+            &self.overflow[..self.payload_len]
+        } else {
+            &self.leaf[self.payload_at..self.payload_at + self.payload_len]
+        }
+    }
+
+    fn parse_record_header(&mut self) -> Result<(), Error> {
+        let page = self.leaf_page;
+        let bad = |what| Error::Damaged { page, what };
+        let mut fields = std::mem::take(&mut self.fields);
+        let mut values = std::mem::take(&mut self.values);
+        fields.clear();
+        values.clear();
+        let p = self.payload();
+        let (header_len, mut at) = varint(p, 0).ok_or_else(|| bad("short record header"))?;
+        let header_len = usize::try_from(header_len).map_err(|_| bad("bad record header"))?;
+        if header_len > p.len() {
+            return Err(bad("record header longer than the record"));
+        }
+        let mut offset = header_len;
+        let header = &p[..header_len];
+        // Fields past the last selected one are not looked at.
+        while at < header_len && fields.len() < self.plan.fields {
+            let (serial, n) = varint(header, at).ok_or_else(|| bad("bad record header"))?;
+            at += n;
+            let len = match serial {
+                0..=9 => SERIAL_LEN[serial as usize],
+                10 | 11 => return Err(bad("reserved serial type")),
+                n => ((n - 12) / 2) as usize,
+            };
+            fields.push((serial, offset));
+            offset = offset.checked_add(len).ok_or_else(|| bad("bad record"))?;
+        }
+        if offset > p.len() {
+            return Err(bad("record values longer than the record"));
+        }
+        values.extend(self.plan.columns.iter().map(|c| match *c {
+            ColumnSource::Rowid(None) => Cell::Int(self.rowid),
+            ColumnSource::Rowid(Some(f)) => match decode(p, fields.get(f)) {
+                Cell::Null => Cell::Int(self.rowid),
+                v => v,
+            },
+            ColumnSource::Null => Cell::Null,
+            ColumnSource::Record(f) => decode(p, fields.get(f)),
+            ColumnSource::RealRecord(f) => match decode(p, fields.get(f)) {
+                Cell::Int(v) => Cell::Real(v as f64),
+                v => v,
+            },
+        }));
+        self.values = values;
+        self.fields = fields;
+        Ok(())
+    }
+
+    /// Selected column `i` of the current row.
+    #[inline]
+    pub fn value(&self, i: usize) -> Value<'_> {
+        match self.values[i] {
+            Cell::Null => Value::Null,
+            Cell::Int(v) => Value::Int(v),
+            Cell::Real(v) => Value::Real(v),
+            Cell::Text(at, len) => Value::Text(&self.payload()[at..at + len]),
+            Cell::Blob(at, len) => Value::Blob(&self.payload()[at..at + len]),
+        }
+    }
+}
+
+/// A decoded value; text and blobs as (offset, length) in the payload.
+#[derive(Debug, Clone, Copy)]
+enum Cell {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(usize, usize),
+    Blob(usize, usize),
+}
+
+/// The value of a record field (NULL for a field past the record's end). Its bytes were
+/// checked to lie in `p` when the record header was read.
+#[inline]
+fn decode(p: &[u8], field: Option<&(u64, usize)>) -> Cell {
+    let Some(&(serial, at)) = field else {
+        return Cell::Null;
+    };
+    // A big-endian two's complement integer of `N` bytes.
+    fn int<const N: usize>(p: &[u8], at: usize) -> i64 {
+        let mut b = [0u8; 8];
+        b[8 - N..].copy_from_slice(&p[at..at + N]);
+        (i64::from_be_bytes(b) << (64 - 8 * N)) >> (64 - 8 * N)
+    }
+    match serial {
+        0 => Cell::Null,
+        1 => Cell::Int(int::<1>(p, at)),
+        2 => Cell::Int(int::<2>(p, at)),
+        3 => Cell::Int(int::<3>(p, at)),
+        4 => Cell::Int(int::<4>(p, at)),
+        5 => Cell::Int(int::<6>(p, at)),
+        6 => Cell::Int(int::<8>(p, at)),
+        7 => Cell::Real(f64::from_bits(int::<8>(p, at) as u64)),
+        8 => Cell::Int(0),
+        9 => Cell::Int(1),
+        n if n % 2 == 0 => Cell::Blob(at, ((n - 12) / 2) as usize),
+        n => Cell::Text(at, ((n - 13) / 2) as usize),
+    }
+}
+
+/// How to read `columns` of `table` from its pages (`Some("rowid")`: the rowid; `None`: a
+/// column read as NULL), from the schema in `conn`. `None` when the table is not a plain
+/// rowid table whose absent values are NULL.
+pub fn plan(
+    conn: &rusqlite::Connection,
+    table: &str,
+    columns: &[Option<&str>],
+) -> rusqlite::Result<Option<TablePlan>> {
+    use rusqlite::OptionalExtension;
+    let Some((root, sql)) = conn
+        .query_row(
+            "SELECT rootpage, sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?)),
+        )
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let Ok(root) = u32::try_from(root) else {
+        return Ok(None);
+    };
+    if root == 0 || sql.is_none_or(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")) {
+        return Ok(None);
+    }
+    struct Col {
+        name: String,
+        declared: String,
+        default: Option<String>,
+        pk: i64,
+        hidden: i64,
+    }
+    let mut stmt = conn.prepare(
+        "SELECT name, type, dflt_value, pk, hidden FROM pragma_table_xinfo(?1) ORDER BY cid",
+    )?;
+    let cols = stmt
+        .query_map([table], |r| {
+            Ok(Col {
+                name: r.get(0)?,
+                declared: r.get(1)?,
+                default: r.get(2)?,
+                pk: r.get(3)?,
+                hidden: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<Col>>>()?;
+    // Generated columns are not stored as such; a default other than NULL is what records
+    // older than an added column read as.
+    if cols.iter().any(|c| {
+        c.hidden != 0
+            || c.default
+                .as_deref()
+                .is_some_and(|d| !d.eq_ignore_ascii_case("NULL"))
+    }) {
+        return Ok(None);
+    }
+    let primary: Vec<&Col> = cols.iter().filter(|c| c.pk > 0).collect();
+    let alias = match primary.as_slice() {
+        [only] if only.declared.eq_ignore_ascii_case("INTEGER") => Some(only.name.as_str()),
+        _ => None,
+    };
+    let mut sources = Vec::with_capacity(columns.len());
+    for column in columns {
+        let source = match column {
+            None => ColumnSource::Null,
+            Some(name) if name.eq_ignore_ascii_case("rowid") => ColumnSource::Rowid(None),
+            Some(name) => match cols.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+                None => return Ok(None),
+                Some(i) if Some(cols[i].name.as_str()) == alias => ColumnSource::Rowid(Some(i)),
+                Some(i) if real_affinity(&cols[i].declared) => ColumnSource::RealRecord(i),
+                Some(i) => ColumnSource::Record(i),
+            },
+        };
+        sources.push(source);
+    }
+    let fields = sources
+        .iter()
+        .filter_map(|s| match s {
+            ColumnSource::Record(f)
+            | ColumnSource::RealRecord(f)
+            | ColumnSource::Rowid(Some(f)) => Some(f + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    Ok(Some(TablePlan {
+        root,
+        columns: sources,
+        fields,
+    }))
+}
+
+/// SQLite's affinity rules (datatype3, 3.1): REAL when the declared type names no INT, CHAR,
+/// CLOB, TEXT or BLOB but REAL, FLOA or DOUB.
+fn real_affinity(declared: &str) -> bool {
+    let t = declared.to_ascii_uppercase();
+    let has = |s: &str| t.contains(s);
+    !has("INT")
+        && !has("CHAR")
+        && !has("CLOB")
+        && !has("TEXT")
+        && !has("BLOB")
+        && !t.is_empty()
+        && (has("REAL") || has("FLOA") || has("DOUB"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::Connection;
+
+    /// A deterministic pseudo-random sequence.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// A table of `rows` rows with every storage class, integers of every width, long texts
+    /// that overflow onto other pages, gaps in the rowids and a column added later.
+    fn database(path: &Path, rows: i64, page_size: u32) {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch(&format!(
+            "PRAGMA page_size = {page_size};
+             CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c REAL, d BLOB, e INTEGER);
+             CREATE TABLE empty (x INTEGER);"
+        ))
+        .unwrap();
+        let mut rng = Rng(7);
+        let tx = c.unchecked_transaction().unwrap();
+        {
+            let mut insert = tx
+                .prepare("INSERT INTO t (id, a, b, c, d, e) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                .unwrap();
+            let mut id = 0i64;
+            for i in 0..rows {
+                id += 1 + rng.next(3) as i64;
+                let width = rng.next(9);
+                let a: Option<i64> = match width {
+                    0 => None,
+                    8 => Some(if i % 2 == 0 { i64::MIN } else { i64::MAX }),
+                    w => Some((rng.next(1 << (7 * w)) as i64) * if i % 2 == 0 { 1 } else { -1 }),
+                };
+                let long = rng.next(50) == 0;
+                let b = (rng.next(4) != 0).then(|| {
+                    let n = if long {
+                        3000 + rng.next(20000)
+                    } else {
+                        rng.next(40)
+                    };
+                    (0..n)
+                        .map(|k| char::from(b'a' + ((k + i as u64) % 26) as u8))
+                        .collect::<String>()
+                });
+                let c_value = (rng.next(3) == 0).then(|| i as f64 / 7.0);
+                let d = (rng.next(5) == 0).then(|| vec![i as u8; rng.next(10) as usize]);
+                let e = (rng.next(2) == 0).then_some(i % 2);
+                insert
+                    .execute(rusqlite::params![id, a, b, c_value, d, e])
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        c.execute("DELETE FROM t WHERE id % 97 = 0", []).unwrap();
+        c.execute("ALTER TABLE t ADD COLUMN f INTEGER", []).unwrap();
+        c.execute("UPDATE t SET f = id WHERE id % 5 = 0", [])
+            .unwrap();
+    }
+
+    fn owned(v: Value<'_>) -> rusqlite::types::Value {
+        use rusqlite::types::Value as V;
+        match v {
+            Value::Null => V::Null,
+            Value::Int(i) => V::Integer(i),
+            Value::Real(f) => V::Real(f),
+            Value::Text(t) => V::Text(String::from_utf8(t.to_vec()).unwrap()),
+            Value::Blob(b) => V::Blob(b.to_vec()),
+        }
+    }
+
+    const COLUMNS: [Option<&str>; 9] = [
+        Some("rowid"),
+        Some("f"),
+        Some("a"),
+        None,
+        Some("id"),
+        Some("b"),
+        Some("c"),
+        Some("d"),
+        Some("e"),
+    ];
+
+    fn by_sqlite(c: &Connection, lo: i64, hi: i64) -> Vec<Vec<rusqlite::types::Value>> {
+        let mut stmt = c
+            .prepare(
+                "SELECT rowid, f, a, NULL, id, b, c, d, e FROM t WHERE rowid >= ?1 AND rowid < ?2",
+            )
+            .unwrap();
+        let rows = stmt
+            .query_map([lo, hi], |r| (0..9).map(|i| r.get(i)).collect())
+            .unwrap();
+        rows.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    fn by_pages(
+        file: &PageFile,
+        plan: &TablePlan,
+        lo: i64,
+        hi: i64,
+    ) -> Vec<Vec<rusqlite::types::Value>> {
+        let mut scan = file.scan(plan, lo, hi);
+        let mut out = Vec::new();
+        while scan.step().unwrap() {
+            out.push((0..9).map(|i| owned(scan.value(i))).collect());
+        }
+        out
+    }
+
+    #[test]
+    fn rowid_ranges_read_from_pages_equal_those_read_by_sqlite() {
+        for page_size in [512u32, 4096, 65536] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.sqlite");
+            database(&path, 30_000, page_size);
+            let c = Connection::open(&path).unwrap();
+            let plan = plan(&c, "t", &COLUMNS).unwrap().unwrap();
+            assert_eq!(plan.columns[4], ColumnSource::Rowid(Some(0)));
+            assert_eq!(plan.columns[3], ColumnSource::Null);
+            let file = PageFile::open(&path).unwrap().unwrap();
+            let max: i64 = c
+                .query_row("SELECT max(rowid) FROM t", [], |r| r.get(0))
+                .unwrap();
+            let mut rng = Rng(page_size as u64);
+            let mut ranges = vec![
+                (i64::MIN, i64::MAX),
+                (0, 1),
+                (1, 2),
+                (max, max + 1),
+                (5, 5),
+                (9, 3),
+            ];
+            for _ in 0..40 {
+                let lo = rng.next(max as u64 + 10) as i64 - 5;
+                ranges.push((lo, lo + rng.next(5000) as i64));
+            }
+            for (lo, hi) in ranges {
+                let want = by_sqlite(&c, lo, hi);
+                let got = by_pages(&file, &plan, lo, hi);
+                let first_difference = want.iter().zip(&got).position(|(a, b)| a != b);
+                assert_eq!(
+                    (got.len(), first_difference.map(|i| &got[i])),
+                    (want.len(), None),
+                    "page size {page_size}, [{lo}, {hi}): first difference {:?}",
+                    first_difference.map(|i| &want[i])
+                );
+            }
+            // The whole table is more than a few pages deep, or the test proves little.
+            assert!(by_sqlite(&c, i64::MIN, i64::MAX).len() > 29_000);
+            let empty = super::plan(&c, "empty", &[Some("x")]).unwrap().unwrap();
+            assert!(!file.scan(&empty, i64::MIN, i64::MAX).step().unwrap());
+        }
+    }
+
+    #[test]
+    fn files_and_tables_that_need_sqlite_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("wal.sqlite");
+        let c = Connection::open(&wal).unwrap();
+        c.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE t (x INTEGER);
+             CREATE TABLE k (a INTEGER, b INTEGER, PRIMARY KEY (a, b)) WITHOUT ROWID;
+             CREATE TABLE g (x INTEGER, y INTEGER GENERATED ALWAYS AS (x + 1));
+             CREATE TABLE d (x INTEGER);
+             INSERT INTO d VALUES (1);
+             ALTER TABLE d ADD COLUMN y INTEGER DEFAULT 5;",
+        )
+        .unwrap();
+        assert!(PageFile::open(&wal).unwrap().is_none(), "WAL mode");
+        assert!(
+            plan(&c, "k", &[Some("a")]).unwrap().is_none(),
+            "WITHOUT ROWID"
+        );
+        assert!(
+            plan(&c, "g", &[Some("x")]).unwrap().is_none(),
+            "generated column"
+        );
+        assert!(
+            plan(&c, "d", &[Some("x")]).unwrap().is_none(),
+            "non-NULL default"
+        );
+        assert!(
+            plan(&c, "t", &[Some("nope")]).unwrap().is_none(),
+            "unknown column"
+        );
+        assert!(
+            plan(&c, "missing", &[Some("x")]).unwrap().is_none(),
+            "no such table"
+        );
+        assert!(plan(&c, "t", &[Some("x"), None]).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_damaged_or_truncated_file_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sqlite");
+        database(&path, 5_000, 1024);
+        let plan = {
+            let c = Connection::open(&path).unwrap();
+            plan(&c, "t", &COLUMNS).unwrap().unwrap()
+        };
+        let good = std::fs::read(&path).unwrap();
+        let scan_all = |bytes: &[u8]| -> Result<usize, Error> {
+            let damaged = dir.path().join("damaged.sqlite");
+            std::fs::write(&damaged, bytes).unwrap();
+            let file = PageFile::open(&damaged).unwrap().unwrap();
+            let mut scan = file.scan(&plan, i64::MIN, i64::MAX);
+            let mut n = 0;
+            while scan.step()? {
+                for i in 0..COLUMNS.len() {
+                    let _ = scan.value(i);
+                }
+                n += 1;
+            }
+            Ok(n)
+        };
+        let rows = scan_all(&good).unwrap();
+        assert!(rows > 4_000);
+        // Truncated: the missing pages are named.
+        let err = scan_all(&good[..good.len() / 2]).unwrap_err();
+        assert!(matches!(err, Error::Damaged { .. }), "{err}");
+        assert!(err.to_string().contains("truncated"), "{err}");
+        // Bytes overwritten at random places: an error or some rows, never a panic or a hang.
+        let mut rng = Rng(11);
+        let mut errors = 0;
+        for _ in 0..300 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + rng.next(8) {
+                let at = 1024 + rng.next(bytes.len() as u64 - 1024) as usize;
+                bytes[at] = rng.next(256) as u8;
+            }
+            errors += scan_all(&bytes).is_err() as usize;
+        }
+        assert!(errors > 0, "some damage is detected");
+    }
+}
