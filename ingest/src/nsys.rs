@@ -661,13 +661,7 @@ impl Rows for PageRows<'_> {
         self.0.step().map_err(|e| e.to_string())
     }
     fn int(&self, i: usize) -> Result<Option<i64>, &'static str> {
-        match self.0.value(i) {
-            Value::Null => Ok(None),
-            Value::Int(v) => Ok(Some(v)),
-            Value::Real(_) => Err("a real number"),
-            Value::Text(_) => Err("text"),
-            Value::Blob(_) => Err("a blob"),
-        }
+        self.0.int(i)
     }
     fn text(&self, i: usize) -> Option<String> {
         match self.0.value(i) {

@@ -62,8 +62,9 @@ pub enum ColumnSource {
 pub struct TablePlan {
     pub root: u32,
     pub columns: Vec<ColumnSource>,
-    /// Record fields to read: one past the last that a column comes from.
-    pub fields: usize,
+    /// For each record field up to the last selected one, the selected column it is read
+    /// into (each field into one column at most).
+    pub field_columns: Vec<Option<usize>>,
 }
 
 /// A value of the current row.
@@ -156,7 +157,6 @@ impl PageFile {
             in_overflow: false,
             payload_at: 0,
             payload_len: 0,
-            fields: Vec::new(),
             values: Vec::new(),
             reads: 0,
             loaded: false,
@@ -193,8 +193,6 @@ pub struct Scan<'p> {
     /// The current payload in `leaf` (or all of `overflow`).
     payload_at: usize,
     payload_len: usize,
-    /// (serial type, offset in the payload) of each field of the current record.
-    fields: Vec<(u64, usize)>,
     /// The current row's selected columns, decoded.
     values: Vec<Cell>,
     /// Pages read: a scan reads each page at most once, so more than the file has means a
@@ -486,23 +484,31 @@ impl<'p> Scan<'p> {
         }
     }
 
+    /// Decodes the selected fields of the current record, in one pass over its header.
     fn parse_record_header(&mut self) -> Result<(), Error> {
         let page = self.leaf_page;
         let bad = |what| Error::Damaged { page, what };
-        let mut fields = std::mem::take(&mut self.fields);
-        let mut values = std::mem::take(&mut self.values);
-        fields.clear();
+        let p = if self.in_overflow {
+            &self.overflow[..self.payload_len]
+        } else {
+            &self.leaf[self.payload_at..self.payload_at + self.payload_len]
+        };
+        let plan = self.plan;
+        let values = &mut self.values;
         values.clear();
-        let p = self.payload();
+        values.resize(plan.columns.len(), Cell::Null);
         let (header_len, mut at) = varint(p, 0).ok_or_else(|| bad("short record header"))?;
         let header_len = usize::try_from(header_len).map_err(|_| bad("bad record header"))?;
         if header_len > p.len() {
             return Err(bad("record header longer than the record"));
         }
-        let mut offset = header_len;
         let header = &p[..header_len];
+        let mut offset = header_len;
         // Fields past the last selected one are not looked at.
-        while at < header_len && fields.len() < self.plan.fields {
+        for &wanted in &plan.field_columns {
+            if at >= header_len {
+                break; // a record older than columns added since: the rest are NULL
+            }
             let (serial, n) = varint(header, at).ok_or_else(|| bad("bad record header"))?;
             at += n;
             let len = match serial {
@@ -510,28 +516,37 @@ impl<'p> Scan<'p> {
                 10 | 11 => return Err(bad("reserved serial type")),
                 n => ((n - 12) / 2) as usize,
             };
-            fields.push((serial, offset));
-            offset = offset.checked_add(len).ok_or_else(|| bad("bad record"))?;
+            let end = offset.checked_add(len).ok_or_else(|| bad("bad record"))?;
+            if end > p.len() {
+                return Err(bad("record values longer than the record"));
+            }
+            if let Some(column) = wanted {
+                values[column] = match (decode(p, serial, offset), plan.columns[column]) {
+                    (Cell::Int(v), ColumnSource::RealRecord(_)) => Cell::Real(v as f64),
+                    (cell, _) => cell,
+                };
+            }
+            offset = end;
         }
-        if offset > p.len() {
-            return Err(bad("record values longer than the record"));
+        for (value, source) in values.iter_mut().zip(&plan.columns) {
+            if matches!(source, ColumnSource::Rowid(_)) && matches!(value, Cell::Null) {
+                *value = Cell::Int(self.rowid);
+            }
         }
-        values.extend(self.plan.columns.iter().map(|c| match *c {
-            ColumnSource::Rowid(None) => Cell::Int(self.rowid),
-            ColumnSource::Rowid(Some(f)) => match decode(p, fields.get(f)) {
-                Cell::Null => Cell::Int(self.rowid),
-                v => v,
-            },
-            ColumnSource::Null => Cell::Null,
-            ColumnSource::Record(f) => decode(p, fields.get(f)),
-            ColumnSource::RealRecord(f) => match decode(p, fields.get(f)) {
-                Cell::Int(v) => Cell::Real(v as f64),
-                v => v,
-            },
-        }));
-        self.values = values;
-        self.fields = fields;
         Ok(())
+    }
+
+    /// Selected column `i` of the current row as an integer: `Ok(None)` for NULL, else the
+    /// name of its storage class when that is not INTEGER.
+    #[inline]
+    pub fn int(&self, i: usize) -> Result<Option<i64>, &'static str> {
+        match self.values[i] {
+            Cell::Int(v) => Ok(Some(v)),
+            Cell::Null => Ok(None),
+            Cell::Real(_) => Err("a real number"),
+            Cell::Text(..) => Err("text"),
+            Cell::Blob(..) => Err("a blob"),
+        }
     }
 
     /// Selected column `i` of the current row.
@@ -557,13 +572,10 @@ enum Cell {
     Blob(usize, usize),
 }
 
-/// The value of a record field (NULL for a field past the record's end). Its bytes were
-/// checked to lie in `p` when the record header was read.
+/// The value of serial type `serial` at `at` in the payload `p` (its bytes checked to lie
+/// in `p`).
 #[inline]
-fn decode(p: &[u8], field: Option<&(u64, usize)>) -> Cell {
-    let Some(&(serial, at)) = field else {
-        return Cell::Null;
-    };
+fn decode(p: &[u8], serial: u64, at: usize) -> Cell {
     // A big-endian two's complement integer of `N` bytes.
     fn int<const N: usize>(p: &[u8], at: usize) -> i64 {
         let mut b = [0u8; 8];
@@ -661,20 +673,24 @@ pub fn plan(
         };
         sources.push(source);
     }
-    let fields = sources
-        .iter()
-        .filter_map(|s| match s {
-            ColumnSource::Record(f)
-            | ColumnSource::RealRecord(f)
-            | ColumnSource::Rowid(Some(f)) => Some(f + 1),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let mut field_columns: Vec<Option<usize>> = Vec::new();
+    for (column, source) in sources.iter().enumerate() {
+        if let ColumnSource::Record(f)
+        | ColumnSource::RealRecord(f)
+        | ColumnSource::Rowid(Some(f)) = *source
+        {
+            if field_columns.len() <= f {
+                field_columns.resize(f + 1, None);
+            }
+            if field_columns[f].replace(column).is_some() {
+                return Ok(None); // one field selected twice: not worth a case of its own
+            }
+        }
+    }
     Ok(Some(TablePlan {
         root,
         columns: sources,
-        fields,
+        field_columns,
     }))
 }
 
