@@ -432,7 +432,12 @@ impl<'p> Scan<'p> {
         self.loaded = true;
         self.rowid = rowid;
         let start = at + n1 + n2;
-        let payload = usize::try_from(payload).map_err(|_| short())?;
+        // A payload longer than the file is damage; bounding it bounds what an overflow chain
+        // can gather.
+        let payload = usize::try_from(payload)
+            .ok()
+            .filter(|&p| p as u64 <= self.file.pages as u64 * self.file.page_size as u64)
+            .ok_or_else(|| self.damaged(page, "payload longer than the file"))?;
         // How much of the payload is on this page (file format 1.6, "cell payload overflow").
         let max_local = usable - 35;
         let local = if payload <= max_local {
@@ -607,11 +612,15 @@ pub fn plan(
     columns: &[Option<&str>],
 ) -> rusqlite::Result<Option<TablePlan>> {
     use rusqlite::OptionalExtension;
-    let Some((root, sql)) = conn
+    // SQLite says itself whether the table has rowids (`wr`: WITHOUT ROWID) and is a plain
+    // table (not a view or virtual table).
+    let Some((root, plain)) = conn
         .query_row(
-            "SELECT rootpage, sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            "SELECT s.rootpage, l.type = 'table' AND l.wr = 0
+             FROM sqlite_schema s JOIN pragma_table_list l ON l.name = s.name AND l.schema = 'main'
+             WHERE s.type = 'table' AND s.name = ?1",
             [table],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?)),
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?)),
         )
         .optional()?
     else {
@@ -620,7 +629,7 @@ pub fn plan(
     let Ok(root) = u32::try_from(root) else {
         return Ok(None);
     };
-    if root == 0 || sql.is_none_or(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")) {
+    if root == 0 || !plain {
         return Ok(None);
     }
     struct Col {
@@ -663,8 +672,9 @@ pub fn plan(
     for column in columns {
         let source = match column {
             None => ColumnSource::Null,
-            Some(name) if name.eq_ignore_ascii_case("rowid") => ColumnSource::Rowid(None),
+            // A column of the table named `rowid` hides the rowid, as in SQL.
             Some(name) => match cols.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+                None if name.eq_ignore_ascii_case("rowid") => ColumnSource::Rowid(None),
                 None => return Ok(None),
                 Some(i) if Some(cols[i].name.as_str()) == alias => ColumnSource::Rowid(Some(i)),
                 Some(i) if real_affinity(&cols[i].declared) => ColumnSource::RealRecord(i),
@@ -878,6 +888,9 @@ mod tests {
             "PRAGMA journal_mode = WAL;
              CREATE TABLE t (x INTEGER);
              CREATE TABLE k (a INTEGER, b INTEGER, PRIMARY KEY (a, b)) WITHOUT ROWID;
+             CREATE TABLE k2 (a INTEGER PRIMARY KEY) WITHOUT /* a comment */
+                ROWID;
+             CREATE TABLE r (x INTEGER, rowid INTEGER);
              CREATE TABLE g (x INTEGER, y INTEGER GENERATED ALWAYS AS (x + 1));
              CREATE TABLE d (x INTEGER);
              INSERT INTO d VALUES (1);
@@ -904,6 +917,16 @@ mod tests {
         assert!(
             plan(&c, "missing", &[Some("x")]).unwrap().is_none(),
             "no such table"
+        );
+        assert!(
+            plan(&c, "k2", &[Some("a")]).unwrap().is_none(),
+            "WITHOUT ROWID, spaced"
+        );
+        let r = plan(&c, "r", &[Some("rowid"), Some("x")]).unwrap().unwrap();
+        assert_eq!(
+            r.columns,
+            [ColumnSource::Record(1), ColumnSource::Record(0)],
+            "a column named rowid hides the rowid"
         );
         assert!(plan(&c, "t", &[Some("x"), None]).unwrap().is_some());
     }
