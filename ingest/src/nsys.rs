@@ -121,7 +121,6 @@ fn columns_of(conn: &Connection, table: &str) -> Result<Option<Vec<String>>, Tra
 /// A SELECT over `table` with `wanted` columns; absent optional ones read as NULL.
 struct Select {
     table: &'static str,
-    sql_columns: String,
     /// The selected columns after `rowid`; `None` where the table lacks an optional one.
     columns: Vec<Option<&'static str>>,
 }
@@ -136,7 +135,6 @@ impl Select {
         let Some(have) = columns_of(conn, table)? else {
             return Ok(None);
         };
-        let mut parts = Vec::new();
         let mut columns = Vec::new();
         for c in required {
             if !have.iter().any(|h| h == c) {
@@ -145,23 +143,12 @@ impl Select {
                     have.join(", ")
                 )));
             }
-            parts.push(format!("\"{c}\""));
             columns.push(Some(*c));
         }
         for c in optional {
-            if have.iter().any(|h| h == c) {
-                parts.push(format!("\"{c}\""));
-                columns.push(Some(*c));
-            } else {
-                parts.push("NULL".into());
-                columns.push(None);
-            }
+            columns.push(have.iter().any(|h| h == c).then_some(*c));
         }
-        Ok(Some(Select {
-            table,
-            sql_columns: parts.join(", "),
-            columns,
-        }))
+        Ok(Some(Select { table, columns }))
     }
 
     fn rowid_range(&self, conn: &Connection) -> Result<Option<(i64, i64)>, TraceError> {
@@ -187,9 +174,15 @@ impl Select {
     }
 
     fn sql(&self) -> String {
+        let columns: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| c.map_or("NULL".into(), |c| format!("\"{c}\"")))
+            .collect();
         format!(
             "SELECT rowid, {} FROM \"{}\" WHERE rowid >= ?1 AND rowid < ?2",
-            self.sql_columns, self.table
+            columns.join(", "),
+            self.table
         )
     }
 }

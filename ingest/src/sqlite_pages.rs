@@ -9,8 +9,8 @@
 //!
 //! Only what a read-only scan of a finished export needs is supported. [`PageFile::open`]
 //! returns `None` for anything else (a database in WAL mode or with a journal next to it,
-//! text not in UTF-8, an unknown page size), and [`PageFile::table`] for a table without
-//! rowids or with columns whose absent values are not NULL; the caller then reads through
+//! text not in UTF-8, an unknown page size), and [`plan`] for a table without rowids, a
+//! view, or a table with generated columns or columns whose absent values are not NULL; the caller then reads through
 //! SQLite. Every offset read from the file is checked: a damaged or truncated file is an
 //! [`Error`] naming the page, never a panic.
 
@@ -463,10 +463,9 @@ impl<'p> Scan<'p> {
             self.overflow.clear();
             self.overflow.extend_from_slice(&b[start..start + local]);
             let mut buf = Vec::new();
-            let mut hops = 0u32;
+            // A looping chain is caught by `read_page`'s count of pages read.
             while self.overflow.len() < payload {
-                hops += 1;
-                if next == 0 || hops > self.file.pages {
+                if next == 0 {
                     return Err(self.damaged(page, "broken overflow chain"));
                 }
                 self.read_page(next, &mut buf)?;
@@ -493,13 +492,9 @@ impl<'p> Scan<'p> {
     fn parse_record_header(&mut self) -> Result<(), Error> {
         let page = self.leaf_page;
         let bad = |what| Error::Damaged { page, what };
-        let p = if self.in_overflow {
-            &self.overflow[..self.payload_len]
-        } else {
-            &self.leaf[self.payload_at..self.payload_at + self.payload_len]
-        };
+        let mut values = std::mem::take(&mut self.values);
+        let p = self.payload();
         let plan = self.plan;
-        let values = &mut self.values;
         values.clear();
         values.resize(plan.columns.len(), Cell::Null);
         let (header_len, mut at) = varint(p, 0).ok_or_else(|| bad("short record header"))?;
@@ -538,6 +533,7 @@ impl<'p> Scan<'p> {
                 *value = Cell::Int(self.rowid);
             }
         }
+        self.values = values;
         Ok(())
     }
 
