@@ -226,13 +226,10 @@ fn ingest_run(
         appended: exists && !opts.replace,
         version: None,
     };
-    let mut meta = RunMeta {
-        imported_at_ns: now_ns(),
-        ..Default::default()
-    };
+    let imported_at_ns = now_ns();
+    // The first file's metadata; later files (ranks) are merged into it.
+    let mut meta: Option<RunMeta> = None;
     let mut formats: BTreeSet<Format> = BTreeSet::new();
-    let mut epoch_time: Option<bool> = None;
-    meta.tags = opts.tags.iter().cloned().collect();
     // Stage logs belong to the whole run; every other file is a rank of a multi-file run.
     let rank_files = sources
         .iter()
@@ -281,16 +278,6 @@ fn ingest_run(
         // Equal content implies equal size, so the check above caught every stored duplicate.
         let hash = if reads_itself { hash } else { src.hash() }.map_err(io_error(&src.path))?;
         formats.insert(src.format);
-        if epoch_time.is_some_and(|e| e != parsed.epoch_time) {
-            *meta
-                .warnings
-                .entry(
-                    "sources on different clocks (epoch ns and trace-relative ns) in one run"
-                        .into(),
-                )
-                .or_default() += 1;
-        }
-        epoch_time = Some(epoch_time.unwrap_or(true) && parsed.epoch_time);
         let fallback_rank = (multi && src.format != Format::StageLog).then_some(rank_position);
         if src.format != Format::StageLog {
             rank_position += 1;
@@ -321,7 +308,15 @@ fn ingest_run(
         report.redacted += file.redacted;
         report.input_bytes += src.size;
         report.files += 1;
-        meta.merge(file.meta);
+        // Merging warns of sources on different clocks, so the first file is not merged
+        // into an empty (trace-relative) one.
+        let meta = match &mut meta {
+            Some(meta) => {
+                meta.merge(file.meta);
+                meta
+            }
+            None => meta.insert(file.meta),
+        };
         meta.sources.push(SourceFile {
             path: src.path.display().to_string(),
             hash,
@@ -330,17 +325,18 @@ fn ingest_run(
             format: src.format.name().into(),
         });
     }
-    if report.files == 0 {
+    let Some(mut meta) = meta else {
         // Everything was already stored: nothing to commit.
         report.seconds = started.elapsed().as_secs_f64();
         return Ok(report);
-    }
+    };
+    meta.imported_at_ns = imported_at_ns;
+    meta.tags = opts.tags.iter().cloned().collect();
     meta.format = formats
         .iter()
         .map(|f| f.name())
         .collect::<Vec<_>>()
         .join("+");
-    meta.epoch_time = epoch_time.unwrap_or(true);
     report.events = meta.events;
     report.kernels = meta.kernels;
     report.span_ns = meta.last_ts.zip(meta.first_ts).map(|(l, f)| l - f);
@@ -1158,5 +1154,40 @@ mod tests {
             "GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)";
         assert_eq!(warnings.get(key), Some(&1), "{warnings:?}");
         assert_eq!(reports[0].events, 3, "the suspicious event is kept");
+    }
+
+    #[test]
+    fn only_sources_on_different_clocks_are_warned_of() {
+        let dir = tempfile::tempdir().unwrap();
+        let epoch = |seed: u64| {
+            let path = dir.path().join(format!("epoch-{seed}.json"));
+            let cfg = crate::synth::SynthConfig {
+                seed,
+                ..crate::synth::SynthConfig::small()
+            };
+            crate::synth::write_kineto(&cfg, std::fs::File::create(&path).unwrap()).unwrap();
+            path
+        };
+        // Nsight Systems exports are on the session's clock (ns since its start).
+        let relative = dir.path().join("relative.sqlite");
+        crate::synth_nsys::write_nsys(&crate::synth_nsys::NsysConfig::small(), &relative).unwrap();
+        let store = Store::open(dir.path().join("store")).unwrap();
+        let run = |name: &str| IngestOptions {
+            run: Some(RunId::new(name).unwrap()),
+            ..Default::default()
+        };
+        let one = ingest(&store, &[epoch(1)], &run("one"), &NoProgress).unwrap();
+        assert!(one[0].warnings.is_empty(), "{:?}", one[0].warnings);
+        let two = ingest(&store, &[epoch(2), epoch(3)], &run("two"), &NoProgress).unwrap();
+        assert_eq!(two[0].files, 2);
+        assert!(two[0].warnings.is_empty(), "{:?}", two[0].warnings);
+        let mixed = ingest(&store, &[epoch(4), relative], &run("mixed"), &NoProgress).unwrap();
+        let key = "sources on different clocks (epoch ns and trace-relative ns) in one run";
+        assert_eq!(
+            mixed[0].warnings.get(key),
+            Some(&1),
+            "{:?}",
+            mixed[0].warnings
+        );
     }
 }
