@@ -8,10 +8,11 @@ use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
 use crate::rocprof;
 use crate::source::{self, DetectError, Format, Source};
-use crate::spool::{self, Spool};
+use crate::spool::{self, RowSample, Spool};
 use crate::stagelog;
 use crate::trace::{ParsedTrace, TraceError};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StringArray};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile};
 use gpuq_engine::schema::TableKind;
@@ -75,9 +76,12 @@ pub struct IngestOptions {
     pub step_pattern: Option<regex::Regex>,
     /// Skip (and count) unparsable lines of line-based formats instead of failing.
     pub lenient: bool,
-    /// Nsight Systems: host rows attributed at a time (a time window of the export); default
-    /// [`WINDOW_ROWS`].
+    /// Host rows attributed at a time (a time window of the file) where a file is attributed
+    /// by windows; default [`WINDOW_ROWS`].
     pub window_rows: Option<usize>,
+    /// Kineto: host ranges and launch calls attributed at once for a whole file; a file with
+    /// more is attributed by windows. Default [`kineto::WHOLE_FILE_LIMIT`].
+    pub whole_file_limit: Option<usize>,
 }
 
 /// Per-file progress, for a progress bar.
@@ -286,13 +290,18 @@ fn ingest_run(
         let gpu = gpu_tables.map(|tables| GpuInput {
             tables,
             progress: &report_fraction,
+        });
+        let scratch = WindowScratch {
+            spool: writer.scratch_path(&format!("windows-{position}.arrows")),
+            spool_budget: opts.spool_budget.unwrap_or(spool::DEFAULT_BUDGET),
+            window_rows: opts.window_rows.unwrap_or(WINDOW_ROWS),
             launch_index: writer.scratch_path(&format!("launches-{position}.bin")),
             launch_budget: opts
                 .spool_budget
                 .unwrap_or(crate::launches::DEFAULT_MEMORY_BUDGET),
-        });
-        let file =
-            finish_file(&writer, parsed, spool, fallback_rank, gpu).map_err(|e| match e {
+        };
+        let file = finish_file(&writer, parsed, spool, fallback_rank, gpu, &scratch).map_err(
+            |e| match e {
                 IngestError::Io { error, .. } => IngestError::Io {
                     path: src.path.clone(),
                     error,
@@ -302,7 +311,8 @@ fn ingest_run(
                     error,
                 },
                 e => e,
-            })?;
+            },
+        )?;
         progress.finish_file();
         staged.extend(file.staged);
         report.redacted += file.redacted;
@@ -367,7 +377,8 @@ fn parse_source(
         Format::Kineto => {
             let reader = src.reader().map_err(io_error(&src.path))?;
             let report = |_: u64| progress.bytes(src.bytes_read());
-            kineto::parse_into(reader, &report, &mut |b| spool.push(b))
+            let limit = opts.whole_file_limit.unwrap_or(kineto::WHOLE_FILE_LIMIT);
+            kineto::parse_into(reader, &report, limit, &mut |b| spool.push(b))
                 .map(|t| (t, None))
                 .map_err(trace_error)
         }
@@ -417,6 +428,15 @@ struct FinishedFile {
 struct GpuInput<'a> {
     tables: nsys::GpuTables,
     progress: &'a (dyn Fn(f64) + Sync),
+}
+
+/// Scratch files and budgets of a file attributed by windows.
+struct WindowScratch {
+    /// Spool of host rows by window (Kineto: they are spooled in file order first), and its
+    /// bytes held in memory.
+    spool: PathBuf,
+    spool_budget: usize,
+    window_rows: usize,
     /// Scratch file of the attributed launches, and their bytes held in memory before it.
     launch_index: PathBuf,
     launch_budget: usize,
@@ -430,6 +450,7 @@ fn finish_file(
     spool: Spool,
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
+    scratch: &WindowScratch,
 ) -> Result<FinishedFile, IngestError> {
     let rank = parsed
         .top_level
@@ -455,9 +476,13 @@ fn finish_file(
     };
     match gpu {
         Some(gpu) => {
-            let (parts, counts) = write_windowed(&ctx, host, spool, gpu)?;
+            let (parts, counts) = write_windowed(&ctx, host, spool, gpu, scratch)?;
             written.extend(parts);
             counts.add_to(&mut parsed);
+        }
+        None if parsed.windowed => {
+            let sample = std::mem::take(&mut parsed.host_sample);
+            written.extend(write_kineto_windowed(&ctx, host, sample, spool, scratch)?);
         }
         None => {
             let resolver = Resolver::new(host);
@@ -655,6 +680,8 @@ fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
 /// What attributing an export's host rows window by window carries from one window to the next.
 struct WindowState {
     windows: spool::Windows,
+    /// Finds a batch's host ranges and launch calls (the adapter's rules).
+    structure: fn(&RecordBatch, &mut HostStructure),
     /// Names and threads of all windows so far; the ranges still open.
     host: HostStructure,
     /// `host.names` as the resolvers' dictionary values.
@@ -682,7 +709,7 @@ impl WindowState {
             .par_iter()
             .map(|b| {
                 let mut host = HostStructure::default();
-                nsys::host_structure(b, &mut host);
+                (self.structure)(b, &mut host);
                 host
             })
             .collect();
@@ -714,17 +741,19 @@ impl WindowState {
     }
 }
 
-/// Attributes and writes an Nsight Systems export whose host rows wait in `spool` by window
-/// (one process, a stretch of time), then reads and writes its GPU tables. Each window is
-/// attributed with its own ranges and those of its process still open, and its launches go to
-/// a launch index (compact, in memory up to a budget, then in a scratch file), where the GPU
-/// rows look them up: memory holds three windows, not the whole export's ranges and launches.
-fn write_windowed(
+/// Attributes and writes host rows waiting in `windows` (one process, a stretch of time),
+/// finding each window's ranges and launch calls with `structure`. Each window is attributed
+/// with its own ranges and those of its process still open, and its launches go to a launch
+/// index (compact, in memory up to a budget, then in a scratch file): memory holds three
+/// windows, not the whole file's ranges and launches. Returns the parts written and the
+/// resolver through which GPU rows find their launches in the index.
+fn write_windows(
     ctx: &PartContext<'_>,
     host: HostStructure,
-    spool: Spool,
-    gpu: GpuInput<'_>,
-) -> Result<(Vec<(StagedFile, Facts)>, nsys::Counts), IngestError> {
+    windows: spool::Windows,
+    structure: fn(&RecordBatch, &mut HostStructure),
+    scratch: &WindowScratch,
+) -> Result<(Vec<(StagedFile, Facts)>, Resolver), IngestError> {
     let HostStructure {
         names,
         threads,
@@ -733,7 +762,8 @@ fn write_windowed(
         ..
     } = host;
     let mut state = WindowState {
-        windows: spool.into_windows().map_err(io_error(Path::new("spool")))?,
+        windows,
+        structure,
         host: HostStructure {
             names,
             threads,
@@ -742,7 +772,7 @@ fn write_windowed(
         names_array: Arc::new(StringArray::from(Vec::<&str>::new())),
         steps,
         per_process: correlation_per_process,
-        launches: LaunchIndexWriter::new(gpu.launch_index.clone(), gpu.launch_budget),
+        launches: LaunchIndexWriter::new(scratch.launch_index.clone(), scratch.launch_budget),
     };
     // Windows are prepared (decoded, their ranges sorted and launches attributed: mostly
     // serial work) on a thread of their own, up to two ahead of the window being written, so
@@ -795,7 +825,7 @@ fn write_windowed(
         launches,
         ..
     } = state;
-    let index = launches.finish().map_err(io_error(&gpu.launch_index))?;
+    let index = launches.finish().map_err(io_error(&scratch.launch_index))?;
     let resolver = Resolver::window(
         names_array,
         host.threads,
@@ -805,6 +835,121 @@ fn write_windowed(
         per_process,
     )
     .with_launch_index(index);
+    Ok((written, resolver))
+}
+
+/// Attributes and writes a Kineto trace too large to attribute at once, its rows waiting in
+/// `spool` in file order. Two passes over the spool: the host rows go to a second spool by
+/// time window (chosen from `sample`), which [`write_windows`] attributes and writes; then
+/// the GPU rows find their launches in the launch index.
+fn write_kineto_windowed(
+    ctx: &PartContext<'_>,
+    host: HostStructure,
+    sample: RowSample,
+    spool: Spool,
+    scratch: &WindowScratch,
+) -> Result<Vec<(StagedFile, Facts)>, IngestError> {
+    let spool_error = io_error(Path::new("spool"));
+    let frames = spool.into_replay().map_err(spool_error)?;
+    let mut by_window = Spool::new(scratch.spool.clone(), scratch.spool_budget);
+    by_window.set_windows(spool::window_starts(
+        sample.by_process(),
+        scratch.window_rows,
+    ));
+    // A core's worth of frames decoded at a time, their host rows then pushed in order.
+    let parallel = rayon::current_num_threads().max(1);
+    let mut all = frames.frames();
+    loop {
+        let round = all
+            .by_ref()
+            .take(parallel)
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(io_error(Path::new("spool")))?;
+        if round.is_empty() {
+            break;
+        }
+        let host_rows = round
+            .par_iter()
+            .map(|f| rows_where(&f.decode()?, |kind| !kind.is_some_and(Kind::is_gpu)))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(io_error(Path::new("spool")))?;
+        for batch in host_rows.into_iter().flatten() {
+            by_window
+                .push(batch)
+                .map_err(io_error(Path::new("spool")))?;
+        }
+    }
+    drop(all);
+    let windows = by_window
+        .into_windows()
+        .map_err(io_error(Path::new("spool")))?;
+    let (mut written, resolver) =
+        write_windows(ctx, host, windows, kineto::host_structure, scratch)?;
+    let direct = DirectParts {
+        ctx,
+        resolver: &resolver,
+        pending: Mutex::new((Vec::new(), 0)),
+        written: Mutex::new(Vec::new()),
+        error: Mutex::new(None),
+    };
+    let read = frames.frames().par_bridge().try_for_each(|frame| {
+        let gpu_rows =
+            frame.and_then(|f| rows_where(&f.decode()?, |kind| kind.is_some_and(Kind::is_gpu)));
+        match gpu_rows {
+            Ok(Some(batch)) => direct.push(batch).map_err(|()| None),
+            Ok(None) => Ok(()),
+            Err(e) => Err(Some(e)),
+        }
+    });
+    let parts = direct.finish()?;
+    if let Err(Some(e)) = read {
+        return Err(IngestError::Io {
+            path: PathBuf::from("spool"),
+            error: e,
+        });
+    }
+    written.extend(parts);
+    Ok(written)
+}
+
+/// The rows of `batch` whose kind passes `keep` (`None`: no such row).
+fn rows_where(
+    batch: &RecordBatch,
+    keep: impl Fn(Option<Kind>) -> bool,
+) -> std::io::Result<Option<RecordBatch>> {
+    let (kinds, kind_of) = crate::events::kinds_of(batch);
+    let kept: Vec<bool> = kind_of.iter().map(|&k| keep(k)).collect();
+    if batch.num_rows() == 0 {
+        return Ok(None);
+    }
+    if kept.iter().all(|&k| k) {
+        return Ok(Some(batch.clone()));
+    }
+    if !kept.iter().any(|&k| k) {
+        return Ok(None);
+    }
+    let mask: BooleanArray = kinds
+        .keys()
+        .iter()
+        .map(|k| Some(k.is_some_and(|k| kept[k as usize])))
+        .collect();
+    // A dictionary may hold kinds no row has: the filter can keep nothing.
+    let kept = filter_record_batch(batch, &mask).map_err(std::io::Error::other)?;
+    Ok((kept.num_rows() > 0).then_some(kept))
+}
+
+/// Attributes and writes an Nsight Systems export whose host rows wait in `spool` by window
+/// ([`write_windows`]), then reads and writes its GPU tables, whose rows find their launches in
+/// the launch index.
+fn write_windowed(
+    ctx: &PartContext<'_>,
+    host: HostStructure,
+    spool: Spool,
+    gpu: GpuInput<'_>,
+    scratch: &WindowScratch,
+) -> Result<(Vec<(StagedFile, Facts)>, nsys::Counts), IngestError> {
+    let windows = spool.into_windows().map_err(io_error(Path::new("spool")))?;
+    let (mut written, resolver) = write_windows(ctx, host, windows, nsys::host_structure, scratch)?;
     let direct = DirectParts {
         ctx,
         resolver: &resolver,
@@ -1082,55 +1227,124 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let export = dir.path().join("report.sqlite");
         crate::synth_nsys::write_nsys(&crate::synth_nsys::NsysConfig::small(), &export).unwrap();
+        let windows = |window_rows, spool_budget| IngestOptions {
+            window_rows: Some(window_rows),
+            spool_budget,
+            ..Default::default()
+        };
+        let rows = assert_windows_change_nothing(
+            &export,
+            IngestOptions::default(),
+            &[
+                ("windows of 300 rows", windows(300, None)),
+                ("spilled windows of 1000 rows", windows(1000, Some(0))),
+            ],
+        );
+        assert!(rows.len() > 5000, "{} rows", rows.len());
+        assert!(attributed_kernels(&rows) > 1000);
+    }
+
+    #[test]
+    fn kineto_rows_attributed_in_time_windows_equal_those_of_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.json");
+        let cfg = crate::synth::SynthConfig {
+            steps: 12,
+            streams: 3,
+            nccl: true,
+            ..crate::synth::SynthConfig::small()
+        };
+        crate::synth::write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
+        let windows = |window_rows, spool_budget| IngestOptions {
+            whole_file_limit: Some(0),
+            window_rows: Some(window_rows),
+            spool_budget,
+            ..Default::default()
+        };
+        let configs = [
+            ("one window", windows(usize::MAX, None)),
+            ("windows of 300 rows", windows(300, None)),
+            ("spilled windows of 1000 rows", windows(1000, Some(0))),
+        ];
+        let rows = assert_windows_change_nothing(&trace, IngestOptions::default(), &configs);
+        assert!(rows.len() > 5000, "{} rows", rows.len());
+        assert!(attributed_kernels(&rows) > 1000);
+        // The real traces' shapes: string pids, ROCm, CUDA graphs, several processes, ...
+        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/kineto");
+        let mut real = Vec::new();
+        let mut dirs = vec![shared];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if crate::source::Source::open(&path, None)
+                    .is_ok_and(|s| s.format == crate::source::Format::Kineto)
+                {
+                    real.push(path);
+                }
+            }
+        }
+        if real.is_empty() {
+            eprintln!("SKIPPED: ../shared/traces/kineto not found; generated trace only");
+        }
+        for path in real {
+            let rows =
+                assert_windows_change_nothing(&path, IngestOptions::default(), &configs[1..]);
+            assert!(!rows.is_empty(), "{}", path.display());
+        }
+    }
+
+    /// Ingests `input` with `whole` and with each of `windowed` and checks that the stored
+    /// rows are the same, that they are attributed at all, and that no scratch file is left.
+    /// Returns the rows stored ([`stored_rows`]).
+    fn assert_windows_change_nothing(
+        input: &Path,
+        whole: IngestOptions,
+        windowed: &[(&str, IngestOptions)],
+    ) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
         let mut rows = Vec::new();
-        for (store_dir, window_rows, budget) in [
-            ("one", None, None),
-            ("many", Some(300), None),
-            ("spilled", Some(1000), Some(0)),
-        ] {
-            let store = Store::open(dir.path().join(store_dir)).unwrap();
+        let all = std::iter::once(("whole", whole)).chain(windowed.iter().cloned());
+        for (i, (what, opts)) in all.enumerate() {
+            let store = Store::open(dir.path().join(i.to_string())).unwrap();
             let opts = IngestOptions {
                 run: Some(RunId::new("r").unwrap()),
-                window_rows,
-                spool_budget: budget,
-                ..Default::default()
+                ..opts
             };
-            ingest(&store, std::slice::from_ref(&export), &opts, &NoProgress).unwrap();
-            rows.push(stored_rows(&store, "r"));
+            ingest(&store, &[input.to_path_buf()], &opts, &NoProgress).unwrap();
+            rows.push((what, stored_rows(&store, "r")));
             let staging = std::fs::read_dir(store.paths().staging_dir())
                 .map(|d| d.count())
                 .unwrap_or(0);
-            assert_eq!(staging, 0, "{store_dir}: scratch files are removed");
+            assert_eq!(staging, 0, "{what}: scratch files are removed");
         }
-        assert!(rows[0].len() > 5000, "{} rows", rows[0].len());
-        // The comparison means something only if kernels carry an operator, a scope and a step.
-        let schema = TableKind::Events.file_schema();
-        let col = |name: &str| schema.index_of(name).unwrap();
-        let attributed = rows[0]
-            .iter()
-            .map(|r| r.split('|').collect::<Vec<_>>())
-            .filter(|f| f[col("kind")] == "kernel")
-            .filter(|f| !f[col("op")].is_empty() && !f[col("scope")].is_empty())
-            .filter(|f| !f[col("step")].is_empty())
-            .count();
-        assert!(attributed > 1000, "{attributed} attributed kernels");
-        for (other, what) in [
-            (1, "windows of 300 rows"),
-            (2, "spilled windows of 1000 rows"),
-        ] {
-            let differing: Vec<_> = rows[0]
-                .iter()
-                .zip(&rows[other])
-                .filter(|(a, b)| a != b)
-                .collect();
-            assert_eq!(rows[0].len(), rows[other].len(), "{what}");
+        let whole = &rows[0].1;
+        for (what, other) in &rows[1..] {
+            let differing: Vec<_> = whole.iter().zip(other).filter(|(a, b)| a != b).collect();
+            assert_eq!(whole.len(), other.len(), "{}: {what}", input.display());
             assert!(
                 differing.is_empty(),
-                "{what}: {} rows differ, first: {:?}",
+                "{}: {what}: {} rows differ, first: {:?}",
+                input.display(),
                 differing.len(),
                 differing[0]
             );
         }
+        rows.swap_remove(0).1
+    }
+
+    /// Kernels among `rows` ([`stored_rows`]) with an operator, a scope and a step: comparing
+    /// attributions means something only if there are many.
+    fn attributed_kernels(rows: &[String]) -> usize {
+        let schema = TableKind::Events.file_schema();
+        let col = |name: &str| schema.index_of(name).unwrap();
+        rows.iter()
+            .map(|r| r.split('|').collect::<Vec<_>>())
+            .filter(|f| f[col("kind")] == "kernel")
+            .filter(|f| !f[col("op")].is_empty() && !f[col("scope")].is_empty())
+            .filter(|f| !f[col("step")].is_empty())
+            .count()
     }
 
     #[test]

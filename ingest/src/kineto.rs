@@ -17,8 +17,10 @@ use crate::events::{
     Launch, Step,
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
+use crate::spool::RowSample;
 use crate::trace::{EventSink, ParsedTrace, TraceError};
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -31,13 +33,19 @@ const READ_BYTES: usize = 4 << 20;
 /// Spare read buffers returned by the parser for reuse (no fresh pages to fault in).
 const SPARE_BUFFERS: usize = 3;
 
+/// Host ranges and launch calls kept for attributing a whole file at once, by default: about
+/// 100 MB of them (a trace of ~2 GB). A larger trace is attributed a time window at a time
+/// ([`ParsedTrace::windowed`]), its ranges and launches found again in the spooled rows
+/// ([`host_structure`]).
+pub const WHOLE_FILE_LIMIT: usize = 4 << 20;
+
 /// Parses a Kineto trace from `reader`. `progress` is called with the number of bytes read so far.
 pub fn parse(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ParsedTrace, TraceError> {
     let mut batches = Vec::new();
-    let mut trace = parse_into(reader, progress, &mut |b| {
+    let mut trace = parse_into(reader, progress, usize::MAX, &mut |b| {
         batches.push(b);
         Ok(())
     })?;
@@ -45,10 +53,12 @@ pub fn parse(
     Ok(trace)
 }
 
-/// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`].
+/// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`]. Past
+/// `whole_file_limit` host ranges and launch calls, none is kept ([`ParsedTrace::windowed`]).
 pub fn parse_into(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
+    whole_file_limit: usize,
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
     let (tx, rx) = mpsc::sync_channel::<Block>(2);
@@ -57,6 +67,7 @@ pub fn parse_into(
         epoch_time: true,
         ..Default::default()
     };
+    let whole_file_limit = &whole_file_limit;
     let mut top_level = Vec::new();
     let mut outcome: Result<(), TraceError> = Ok(());
     std::thread::scope(|scope| {
@@ -84,7 +95,7 @@ pub fn parse_into(
             match parsed {
                 Ok(parts) => {
                     for part in parts {
-                        if let Err(e) = trace.absorb(part, sink) {
+                        if let Err(e) = trace.absorb(part, *whole_file_limit, sink) {
                             outcome = Err(TraceError::at_byte(
                                 offset,
                                 None,
@@ -157,14 +168,31 @@ pub fn parse_into(
 }
 
 impl ParsedTrace {
-    fn absorb(&mut self, out: ParsedPart, sink: &mut EventSink<'_>) -> std::io::Result<()> {
+    fn absorb(
+        &mut self,
+        out: ParsedPart,
+        whole_file_limit: usize,
+        sink: &mut EventSink<'_>,
+    ) -> std::io::Result<()> {
         if let Some(events) = out.events {
+            sample_host_rows(&mut self.host_sample, &events);
             sink(events)?;
         }
         if let Some(counters) = out.counters {
             self.counters.push(counters);
         }
-        let out = out.tally;
+        let mut out = out.tally;
+        let kept = self.host.intervals.len() + self.host.launches.len();
+        if self.windowed
+            || kept + out.host.intervals.len() + out.host.launches.len() > whole_file_limit
+        {
+            // Too many to hold: they are found again in the rows, window by window.
+            self.windowed = true;
+            out.host.intervals = Vec::new();
+            out.host.launches = Vec::new();
+            self.host.intervals = Vec::new();
+            self.host.launches = Vec::new();
+        }
         self.host.absorb(out.host);
         for (k, v) in out.warnings {
             *self.warnings.entry(k.to_string()).or_default() += v;
@@ -174,6 +202,86 @@ impl ParsedTrace {
         self.complete_events += out.n_complete;
         self.missing_dur += out.n_missing_dur;
         Ok(())
+    }
+}
+
+/// Adds the host rows of `batch` to `sample`, by process (`i64::MIN` without one) and time.
+fn sample_host_rows(sample: &mut RowSample, batch: &RecordBatch) {
+    let (kinds, kind_of) = crate::events::kinds_of(batch);
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .expect("events column")
+            .as_primitive::<Int64Type>()
+    };
+    let (pid, ts) = (column("pid"), column("ts"));
+    sample.add(batch.num_rows(), |i| {
+        let kind = kind_of[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
+        (!kind.is_gpu()).then(|| {
+            (
+                pid.is_valid(i).then(|| pid.value(i)).unwrap_or(i64::MIN),
+                ts.value(i),
+            )
+        })
+    });
+}
+
+/// The host ranges (operators, annotations, `ProfilerStep#N`) and launch calls among the
+/// rows of `batch`, as the parse finds them (`parse_event`), added to `host`: a windowed
+/// file's attribution finds them here, in each window's rows. Steps are not added: the parse
+/// keeps them all.
+pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure) {
+    let col = |name: &str| batch.column_by_name(name).expect("events column");
+    let (kinds, kind_values) = crate::events::kinds_of(batch);
+    let names = col("name").as_dictionary::<Int32Type>();
+    let name_values = names.values().as_string::<i32>();
+    // Per name: its id, and whether it names a profiler step.
+    let mut name_ids: Vec<Option<(u32, bool)>> = vec![None; name_values.len()];
+    let pid = col("pid").as_primitive::<Int64Type>();
+    let tid = col("tid").as_primitive::<Int64Type>();
+    let ts = col("ts").as_primitive::<Int64Type>();
+    let dur = col("dur").as_primitive::<Int64Type>();
+    let corr = col("correlation").as_primitive::<Int64Type>();
+    let mut last_thread: Option<((i64, i64), u32)> = None;
+    for i in 0..batch.num_rows() {
+        let Some(kind) = kind_values[kinds.keys().value(i) as usize] else {
+            continue;
+        };
+        let range = matches!(kind, Kind::CpuOp | Kind::Annotation) && dur.value(i) >= 0;
+        let launch = kind.is_launch() && corr.is_valid(i);
+        if !(range || launch) || pid.is_null(i) || tid.is_null(i) {
+            continue;
+        }
+        let key = (pid.value(i), tid.value(i));
+        let thread = match last_thread {
+            Some((k, id)) if k == key => id,
+            _ => {
+                let id = host.threads.intern(key.0, key.1);
+                last_thread = Some((key, id));
+                id
+            }
+        };
+        let start = ts.value(i);
+        if launch {
+            host.launches
+                .push(Launch::new(corr.value(i), start, thread));
+            continue;
+        }
+        let key = names.keys().value(i) as usize;
+        let (name, step) = *name_ids[key].get_or_insert_with(|| {
+            let text = name_values.value(key);
+            (
+                host.names.intern(text),
+                profiler_step_number(text).is_some(),
+            )
+        });
+        host.intervals.push(HostInterval::new(
+            thread,
+            start,
+            start + dur.value(i),
+            name,
+            kind == Kind::Annotation || step,
+        ));
     }
 }
 

@@ -1184,9 +1184,8 @@ impl Export {
     /// (a few thousand row lookups).
     pub fn windows(&self, rows: usize) -> Result<Vec<(i64, i64)>, TraceError> {
         const SAMPLES: i64 = 4096;
-        let rows = rows.max(1) as f64;
         let total: i64 = self.host_tasks.iter().map(Task::rows).sum();
-        if total as f64 <= rows {
+        if total as f64 <= rows.max(1) as f64 {
             return Ok(Vec::new());
         }
         let conn = open(&self.ctx.path)?;
@@ -1223,38 +1222,7 @@ impl Export {
                 rowid += stride;
             }
         }
-        let mut starts: Vec<(i64, i64)> = vec![(i64::MIN, i64::MIN)];
-        // Estimated rows of the last window so far.
-        let mut last_window = 0.0;
-        for (process, mut times) in samples {
-            let weight: f64 = times.iter().map(|&(_, w)| w).sum();
-            if last_window + weight <= rows * 1.5 {
-                // Few rows: they join the window before (rows without a process: the first).
-                last_window += weight;
-                continue;
-            }
-            times.sort_unstable_by_key(|&(t, _)| t);
-            let count = (weight / rows).round().max(1.0);
-            if process != i64::MIN {
-                starts.push((process, i64::MIN));
-            }
-            let mut seen = 0.0;
-            let mut next = 1.0;
-            let mut since = 0.0;
-            for &(t, w) in &times {
-                if next < count && seen >= weight * next / count {
-                    if starts.last().is_some_and(|&last| last < (process, t)) {
-                        starts.push((process, t));
-                        since = 0.0;
-                    }
-                    next += 1.0;
-                }
-                seen += w;
-                since += w;
-            }
-            last_window = since;
-        }
-        Ok(starts)
+        Ok(crate::spool::window_starts(samples, rows))
     }
 
     /// Reads the host tables (runtime API calls, NVTX ranges, profiler overhead), handing

@@ -155,7 +155,10 @@ impl Resolver {
         per_process: bool,
     ) -> Resolver {
         // Millions of entries (for a whole file), sorted while nothing else runs: in parallel.
-        intervals.par_sort_unstable_by_key(|iv| iv.order_key());
+        // Stable: of ranges with the same span, the later in the file is the inner one (a
+        // trace lists a caller before its callees), whether the file is attributed at once
+        // or by windows.
+        intervals.par_sort_by_key(|iv| iv.order_key());
         intervals.shrink_to_fit();
         let mut parents = Vec::with_capacity(intervals.len());
         let mut threads = vec![(0..0, 0..0); thread_ids.len()];
@@ -198,7 +201,8 @@ impl Resolver {
     fn attribute(&self, mut launches: Vec<Launch>) -> Vec<AttributedLaunch> {
         let pid_of = |l: &Launch| self.thread_ids.keys()[l.thread as usize].0;
         let key_pid = |l: &Launch| if self.per_process { pid_of(l) } else { 0 };
-        launches.par_sort_unstable_by_key(|l| (key_pid(l), l.correlation, l.ts));
+        // Stable: of calls at the same time, the first in the file is kept.
+        launches.par_sort_by_key(|l| (key_pid(l), l.correlation, l.ts));
         launches.dedup_by_key(|l| (key_pid(l), l.correlation));
         launches
             .par_chunks(1 << 14)

@@ -43,6 +43,7 @@ fn other(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
 /// One batch, as compressed Arrow IPC. Columns that are null in every row (most of them in a
 /// batch of host events: device, stream, geometry, bytes, ...) are left out and rebuilt as
 /// nulls on decoding, instead of being encoded, compressed and decompressed as zeros.
+#[derive(Clone)]
 pub struct Frame {
     rows: usize,
     ipc_len: usize,
@@ -376,23 +377,32 @@ impl Spool {
     }
 
     /// Every frame, in the order pushed.
-    pub fn drain(mut self) -> io::Result<Box<dyn Iterator<Item = io::Result<Frame>>>> {
+    pub fn drain(self) -> io::Result<Box<dyn Iterator<Item = io::Result<Frame>> + Send>> {
+        let replay = self.into_replay()?;
+        match replay.file {
+            None => Ok(Box::new(replay.memory.into_iter().map(Ok))),
+            Some(file) => Ok(Box::new(read_frames(file, replay.count, replay.schema))),
+        }
+    }
+
+    /// The frames, to be read as often as needed ([`Replay::frames`]).
+    pub fn into_replay(mut self) -> io::Result<Replay> {
         self.encode_pending()?;
-        match self.file.take() {
-            None => Ok(Box::new(self.memory.into_iter().map(|(_, f)| Ok(f)))),
+        let file = match self.file.take() {
             Some(w) => {
                 w.into_inner().map_err(|e| e.into_error())?;
-                let mut reader = BufReader::with_capacity(1 << 20, File::open(&self.path)?);
+                let file = File::open(&self.path)?;
                 let _ = std::fs::remove_file(&self.path);
-                let schema = self
-                    .schema
-                    .clone()
-                    .expect("a spilled spool has had a batch");
-                Ok(Box::new(
-                    (0..self.spilled.len()).map(move |_| Frame::read_from(&mut reader, &schema)),
-                ))
+                Some(file)
             }
-        }
+            None => None,
+        };
+        Ok(Replay {
+            memory: self.memory.drain(..).map(|(_, f)| f).collect(),
+            count: self.spilled.len(),
+            file,
+            schema: self.schema.clone(),
+        })
     }
 
     /// The frames by window ([`Self::set_windows`]).
@@ -423,6 +433,142 @@ impl Spool {
             file,
             schema: self.schema.clone(),
         })
+    }
+}
+
+/// The `count` frames of a spill file from its start.
+fn read_frames<R: Read + Seek + Send>(
+    file: R,
+    count: usize,
+    schema: Option<SchemaRef>,
+) -> impl Iterator<Item = io::Result<Frame>> + Send {
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut started = false;
+    (0..count).map(move |_| {
+        if !std::mem::replace(&mut started, true) {
+            reader.seek(SeekFrom::Start(0))?;
+        }
+        let schema = schema
+            .as_ref()
+            .ok_or_else(|| io::Error::other("spilled frames without a schema"))?;
+        Frame::read_from(&mut reader, schema)
+    })
+}
+
+/// A spool's frames in the order pushed, readable more than once (an input read in passes).
+pub struct Replay {
+    /// The frames, when none was spilled.
+    memory: Vec<Frame>,
+    /// The spill file (already unlinked) and its number of frames.
+    file: Option<File>,
+    count: usize,
+    schema: Option<SchemaRef>,
+}
+
+impl Replay {
+    /// Every frame, in the order pushed.
+    pub fn frames(&self) -> Box<dyn Iterator<Item = io::Result<Frame>> + Send + '_> {
+        match &self.file {
+            None => Box::new(self.memory.iter().map(|f| Ok(f.clone()))),
+            Some(file) => Box::new(read_frames(file, self.count, self.schema.clone())),
+        }
+    }
+}
+
+/// Where windows of about `rows` rows start, from a sample of the rows' `(time, weight)` by
+/// process (`i64::MIN`: rows without one), for [`Spool::set_windows`]. A process with few rows
+/// joins the window before it; every other process starts a window of its own.
+pub fn window_starts(samples: BTreeMap<i64, Vec<(i64, f64)>>, rows: usize) -> Vec<(i64, i64)> {
+    let rows = rows.max(1) as f64;
+    let mut starts: Vec<(i64, i64)> = vec![FIRST_WINDOW];
+    // Estimated rows of the last window so far.
+    let mut last_window = 0.0;
+    for (process, mut times) in samples {
+        let weight: f64 = times.iter().map(|&(_, w)| w).sum();
+        if last_window + weight <= rows * 1.5 {
+            // Few rows: they join the window before (rows without a process: the first).
+            last_window += weight;
+            continue;
+        }
+        times.sort_unstable_by_key(|&(t, _)| t);
+        let count = (weight / rows).round().max(1.0);
+        if process != i64::MIN {
+            starts.push((process, i64::MIN));
+        }
+        let mut seen = 0.0;
+        let mut next = 1.0;
+        let mut since = 0.0;
+        for &(t, w) in &times {
+            if next < count && seen >= weight * next / count {
+                if starts.last().is_some_and(|&last| last < (process, t)) {
+                    starts.push((process, t));
+                    since = 0.0;
+                }
+                next += 1.0;
+            }
+            seen += w;
+            since += w;
+        }
+        last_window = since;
+    }
+    starts
+}
+
+/// Entries of a [`RowSample`] at most.
+const SAMPLE_CAP: usize = 1 << 16;
+
+/// A systematic sample of rows' `(process, time)` as they stream past, of bounded size: every
+/// `stride`-th row, the stride doubling (and every other entry dropped) whenever the sample
+/// is full. Windows are chosen from it ([`window_starts`]) when rows come in no useful order.
+pub struct RowSample {
+    entries: Vec<(i64, i64)>,
+    stride: u64,
+    /// Rows to pass before the next entry.
+    skip: u64,
+}
+
+impl Default for RowSample {
+    fn default() -> Self {
+        RowSample {
+            entries: Vec::new(),
+            stride: 1,
+            skip: 0,
+        }
+    }
+}
+
+impl RowSample {
+    /// Counts `rows` rows, calling `row(i)` for those sampled (`i` from 0, rising): its
+    /// `(process, time)`, or `None` for a row not to count in windows (e.g. GPU work).
+    pub fn add(&mut self, rows: usize, mut row: impl FnMut(usize) -> Option<(i64, i64)>) {
+        let mut i = self.skip;
+        while (i as usize) < rows {
+            if let Some(entry) = row(i as usize) {
+                self.entries.push(entry);
+            }
+            if self.entries.len() >= SAMPLE_CAP {
+                let mut keep = false;
+                self.entries.retain(|_| {
+                    keep = !keep;
+                    keep
+                });
+                self.stride *= 2;
+            }
+            i += self.stride;
+        }
+        self.skip = i - rows as u64;
+    }
+
+    /// The sample by process, each entry standing for `stride` rows.
+    pub fn by_process(&self) -> BTreeMap<i64, Vec<(i64, f64)>> {
+        let mut samples: BTreeMap<i64, Vec<(i64, f64)>> = BTreeMap::new();
+        for &(process, t) in &self.entries {
+            samples
+                .entry(process)
+                .or_default()
+                .push((t, self.stride as f64));
+        }
+        samples
     }
 }
 

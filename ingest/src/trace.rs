@@ -2,6 +2,7 @@
 //! error that says where in the source it went wrong.
 
 use crate::events::HostStructure;
+use crate::spool::RowSample;
 use datafusion::arrow::array::RecordBatch;
 use std::collections::BTreeMap;
 
@@ -109,6 +110,11 @@ pub struct ParsedTrace {
     pub batches: Vec<RecordBatch>,
     pub counters: Vec<RecordBatch>,
     pub host: HostStructure,
+    /// Set when the adapter kept no host ranges and launches in `host` (too many): attribution
+    /// then finds them in the rows, a time window at a time (chosen from `host_sample`).
+    pub windowed: bool,
+    /// A sample of the host rows' process and time (Kineto).
+    pub host_sample: RowSample,
     /// Added to every `ts`: e.g. Kineto's `baseTimeNanoseconds`, or 0 when times are epoch ns.
     pub time_base_ns: i64,
     /// Whether `ts + time_base_ns` is ns since the Unix epoch (else ns since trace start).
