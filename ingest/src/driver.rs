@@ -27,6 +27,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 /// Rows per data file written.
 pub const PART_ROWS: usize = 1 << 18;
 
+/// Bytes of spooled counters (compressed) held in memory before they go to a scratch file.
+const COUNTER_BUDGET: usize = 8 << 20;
+
 /// Host rows of an Nsight Systems export attributed at a time: one time window's rows, with
 /// their ranges and launches, are what attribution holds in memory.
 pub const WINDOW_ROWS: usize = 1 << 19;
@@ -262,13 +265,19 @@ fn ingest_run(
             writer.scratch_path(&format!("spool-{position}.arrows")),
             opts.spool_budget.unwrap_or(spool::DEFAULT_BUDGET),
         );
+        let mut counters = Spool::new(
+            writer.scratch_path(&format!("counters-{position}.arrows")),
+            opts.spool_budget
+                .unwrap_or(spool::DEFAULT_BUDGET)
+                .min(COUNTER_BUDGET),
+        );
         // Adapters that open their files themselves (SQLite, CSV directories) do not stream
         // the bytes past the hasher: hash those files on a thread of their own meanwhile,
         // instead of reading them once more afterwards (1.5 s for a 1 GB export).
         let reads_itself = matches!(src.format, Format::Nsys | Format::Rocprof);
         let (parsed, hash) = std::thread::scope(|scope| {
             let early_hash = reads_itself.then(|| scope.spawn(|| src.hash()));
-            let parsed = parse_source(src, opts, progress, &mut spool);
+            let parsed = parse_source(src, opts, progress, &mut spool, &mut counters);
             let hash = match early_hash {
                 Some(h) => h
                     .join()
@@ -300,7 +309,8 @@ fn ingest_run(
                 .spool_budget
                 .unwrap_or(crate::launches::DEFAULT_MEMORY_BUDGET),
         };
-        let file = finish_file(&writer, parsed, spool, fallback_rank, gpu, &scratch).map_err(
+        let spools = (spool, counters);
+        let file = finish_file(&writer, parsed, spools, fallback_rank, gpu, &scratch).map_err(
             |e| match e {
                 IngestError::Io { error, .. } => IngestError::Io {
                     path: src.path.clone(),
@@ -361,13 +371,15 @@ fn ingest_run(
     Ok(report)
 }
 
-/// Parses `src` into `spool`. An nsys export comes back with its GPU tables still unread:
-/// [`finish_file`] reads them once it can attribute their rows.
+/// Parses `src` into `spool` (Kineto: its counters into `counters`, other adapters keep theirs
+/// in the trace). An nsys export comes back with its GPU tables still unread: [`finish_file`]
+/// reads them once it can attribute their rows.
 fn parse_source(
     src: &Source,
     opts: &IngestOptions,
     progress: &dyn Progress,
     spool: &mut Spool,
+    counters: &mut Spool,
 ) -> Result<(ParsedTrace, Option<nsys::GpuTables>), IngestError> {
     let trace_error = |e| IngestError::Trace {
         path: src.path.clone(),
@@ -378,9 +390,11 @@ fn parse_source(
             let reader = src.reader().map_err(io_error(&src.path))?;
             let report = |_: u64| progress.bytes(src.bytes_read());
             let limit = opts.whole_file_limit.unwrap_or(kineto::WHOLE_FILE_LIMIT);
-            kineto::parse_into(reader, &report, limit, &mut |b| spool.push(b))
-                .map(|t| (t, None))
-                .map_err(trace_error)
+            kineto::parse_into(reader, &report, limit, &mut |b| spool.push(b), &mut |b| {
+                counters.push(b)
+            })
+            .map(|t| (t, None))
+            .map_err(trace_error)
         }
         Format::Nsys => {
             let mut nsys_opts = nsys::NsysOptions::default();
@@ -447,7 +461,7 @@ struct WindowScratch {
 fn finish_file(
     writer: &gpuq_engine::StoreWriter,
     mut parsed: ParsedTrace,
-    spool: Spool,
+    (spool, mut counter_spool): (Spool, Spool),
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
     scratch: &WindowScratch,
@@ -535,11 +549,23 @@ fn finish_file(
             .entry("GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)".into())
             .or_default() += facts.gpu_outside_host;
     }
-    let counters: Vec<RecordBatch> = counters
-        .iter()
-        .map(|b| resolve_counters(b, rank, time_base_ns))
-        .collect();
-    if !counters.is_empty() {
+    for b in counters {
+        counter_spool
+            .push(b)
+            .map_err(io_error(Path::new("counter spool")))?;
+    }
+    let frames = counter_spool
+        .drain()
+        .map_err(io_error(Path::new("counter spool")))?;
+    for group in part_groups(frames) {
+        let counters = group
+            .and_then(|group| {
+                group
+                    .iter()
+                    .map(|f| Ok(resolve_counters(&f.decode()?, rank, time_base_ns)))
+                    .collect::<std::io::Result<Vec<RecordBatch>>>()
+            })
+            .map_err(io_error(Path::new("counter spool")))?;
         staged.push(writer.write_part(TableKind::Counters, counters)?);
     }
     let devices = facts

@@ -44,22 +44,34 @@ pub fn parse(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ParsedTrace, TraceError> {
-    let mut batches = Vec::new();
-    let mut trace = parse_into(reader, progress, usize::MAX, &mut |b| {
-        batches.push(b);
-        Ok(())
-    })?;
+    let (mut batches, mut counters) = (Vec::new(), Vec::new());
+    let mut trace = parse_into(
+        reader,
+        progress,
+        usize::MAX,
+        &mut |b| {
+            batches.push(b);
+            Ok(())
+        },
+        &mut |b| {
+            counters.push(b);
+            Ok(())
+        },
+    )?;
     trace.batches = batches;
+    trace.counters = counters;
     Ok(trace)
 }
 
-/// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`]. Past
+/// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`], and
+/// counter batches to `counter_sink` instead of [`ParsedTrace::counters`]. Past
 /// `whole_file_limit` host ranges and launch calls, none is kept ([`ParsedTrace::windowed`]).
 pub fn parse_into(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
     whole_file_limit: usize,
     sink: &mut EventSink<'_>,
+    counter_sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
     let (tx, rx) = mpsc::sync_channel::<Block>(2);
     let (spare_tx, spare_rx) = mpsc::sync_channel::<Vec<u8>>(SPARE_BUFFERS);
@@ -95,7 +107,7 @@ pub fn parse_into(
             match parsed {
                 Ok(parts) => {
                     for part in parts {
-                        if let Err(e) = trace.absorb(part, *whole_file_limit, sink) {
+                        if let Err(e) = trace.absorb(part, *whole_file_limit, sink, counter_sink) {
                             outcome = Err(TraceError::at_byte(
                                 offset,
                                 None,
@@ -173,13 +185,14 @@ impl ParsedTrace {
         out: ParsedPart,
         whole_file_limit: usize,
         sink: &mut EventSink<'_>,
+        counter_sink: &mut EventSink<'_>,
     ) -> std::io::Result<()> {
         if let Some(events) = out.events {
             sample_host_rows(&mut self.host_sample, &events);
             sink(events)?;
         }
         if let Some(counters) = out.counters {
-            self.counters.push(counters);
+            counter_sink(counters)?;
         }
         let mut out = out.tally;
         let kept = self.host.intervals.len() + self.host.launches.len();
