@@ -517,14 +517,18 @@ pub fn window_starts(samples: BTreeMap<i64, Vec<(i64, f64)>>, rows: usize) -> Ve
 /// Entries of a [`RowSample`] at most.
 const SAMPLE_CAP: usize = 1 << 16;
 
-/// A systematic sample of rows' `(process, time)` as they stream past, of bounded size: every
-/// `stride`-th row, the stride doubling (and every other entry dropped) whenever the sample
-/// is full. Windows are chosen from it ([`window_starts`]) when rows come in no useful order.
+/// A sample of rows' `(process, time)` as they stream past, of bounded size: one row in
+/// `stride` on average, the stride doubling (and every other entry dropped) whenever the
+/// sample is full. The gaps between sampled rows are random (0 to twice the stride), so that
+/// rows repeating in a pattern (every other row GPU work, say) are not sampled in step with it.
+/// Windows are chosen from it ([`window_starts`]) when rows come in no useful order.
 pub struct RowSample {
     entries: Vec<(i64, i64)>,
     stride: u64,
     /// Rows to pass before the next entry.
     skip: u64,
+    /// xorshift64 state.
+    random: u64,
 }
 
 impl Default for RowSample {
@@ -533,6 +537,7 @@ impl Default for RowSample {
             entries: Vec::new(),
             stride: 1,
             skip: 0,
+            random: 0x9E37_79B9_7F4A_7C15,
         }
     }
 }
@@ -554,9 +559,19 @@ impl RowSample {
                 });
                 self.stride *= 2;
             }
-            i += self.stride;
+            i += 1 + self.next_skip();
         }
         self.skip = i - rows as u64;
+    }
+
+    /// Rows to pass: uniform in `0..2 * stride - 1`, so one row in `stride` on average.
+    fn next_skip(&mut self) -> u64 {
+        let mut x = self.random;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random = x;
+        x % (2 * self.stride - 1)
     }
 
     /// The sample by process, each entry standing for `stride` rows.
@@ -699,6 +714,86 @@ mod tests {
             .decode()
             .unwrap();
         assert_eq!(back, full);
+    }
+
+    #[test]
+    fn a_replay_reads_every_frame_again_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for budget in [usize::MAX, 0, 4_000] {
+            let path = dir.path().join(format!("spool-{budget}"));
+            let mut s = Spool::new(path.clone(), budget);
+            for i in 0..10 {
+                s.push(batch(i * 1000, 1000, &format!("name{i}"))).unwrap();
+            }
+            let replay = s.into_replay().unwrap();
+            assert!(!path.exists(), "the spill file is unlinked once open");
+            let values = || -> Vec<i64> {
+                replay
+                    .frames()
+                    .map(|f| f.unwrap().decode().unwrap())
+                    .flat_map(|b| {
+                        let v = b.column(0).as_any().downcast_ref::<Int64Array>();
+                        v.unwrap().values().to_vec()
+                    })
+                    .collect()
+            };
+            assert_eq!(values(), (0..10_000).collect::<Vec<_>>(), "budget {budget}");
+            assert_eq!(
+                values(),
+                (0..10_000).collect::<Vec<_>>(),
+                "budget {budget}, again"
+            );
+        }
+    }
+
+    #[test]
+    fn a_row_sample_stays_small_and_even() {
+        let mut sample = RowSample::default();
+        // 10 M rows in batches of 3,000: process 1 at times 0.., every tenth row GPU work
+        // (not sampled), and process 2 with a tenth of the rows.
+        let total = 10_000_000usize;
+        let mut seen = 0;
+        while seen < total {
+            let n = 3_000.min(total - seen);
+            sample.add(n, |i| {
+                let row = seen + i;
+                match row % 10 {
+                    0 => None,
+                    1 => Some((2, row as i64)),
+                    _ => Some((1, row as i64)),
+                }
+            });
+            seen += n;
+        }
+        let by_process = sample.by_process();
+        let entries: usize = by_process.values().map(Vec::len).sum();
+        assert!(
+            entries <= SAMPLE_CAP && entries > SAMPLE_CAP / 4,
+            "{entries} entries"
+        );
+        let weight = |p: i64| by_process[&p].iter().map(|&(_, w)| w).sum::<f64>();
+        // Each entry stands for its share of the rows: 80 % and 10 %.
+        assert!(
+            (weight(1) / total as f64 - 0.8).abs() < 0.01,
+            "{}",
+            weight(1)
+        );
+        assert!(
+            (weight(2) / total as f64 - 0.1).abs() < 0.01,
+            "{}",
+            weight(2)
+        );
+        // Evenly spread: windows of a tenth of process 1's rows start near each tenth of time.
+        let starts = window_starts(by_process, total * 8 / 100);
+        let ones: Vec<i64> = starts.iter().filter(|s| s.0 == 1).map(|s| s.1).collect();
+        assert_eq!(ones.len(), 10, "{starts:?}");
+        for (k, &t) in ones.iter().enumerate().skip(1) {
+            let want = (k * total / 10) as i64;
+            assert!(
+                (t - want).abs() < total as i64 / 100,
+                "window {k} starts at {t}"
+            );
+        }
     }
 
     #[test]
