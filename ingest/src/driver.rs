@@ -30,8 +30,9 @@ pub const PART_ROWS: usize = 1 << 18;
 /// Bytes of spooled counters (compressed) held in memory before they go to a scratch file.
 const COUNTER_BUDGET: usize = 8 << 20;
 
-/// Host rows of an Nsight Systems export attributed at a time: one time window's rows, with
-/// their ranges and launches, are what attribution holds in memory.
+/// Host rows attributed at a time where a file is attributed by windows (Nsight Systems
+/// exports, large Kineto traces): one time window's rows, with their ranges and launches, are
+/// what attribution holds in memory.
 pub const WINDOW_ROWS: usize = 1 << 19;
 
 /// Why an ingest failed. The store is unchanged whenever one of these is returned. The
@@ -69,8 +70,9 @@ pub struct IngestOptions {
     pub run: Option<RunId>,
     pub tags: Vec<(String, String)>,
     pub replace: bool,
-    /// Bytes of parsed events held in memory before spilling; default [`spool::DEFAULT_BUDGET`].
-    /// Also the bytes of attributed launches held (nsys); default
+    /// Bytes of parsed events held in memory before spilling (shared with the spool of rows
+    /// by window); default [`spool::DEFAULT_BUDGET`]. Also caps the bytes of spooled counters
+    /// and of attributed launches held when attributing by windows; default
     /// [`crate::launches::DEFAULT_MEMORY_BUDGET`].
     pub spool_budget: Option<usize>,
     /// Read every file as this format instead of detecting it.
@@ -406,7 +408,7 @@ fn parse_source(
             let windows = export
                 .windows(opts.window_rows.unwrap_or(WINDOW_ROWS))
                 .map_err(trace_error)?;
-            spool.set_windows(windows);
+            spool.set_windows(windows, true);
             export
                 .read_host(&report, &mut |b| spool.push(b))
                 .map(|(t, gpu)| (t, Some(gpu)))
@@ -875,13 +877,15 @@ fn write_kineto_windowed(
     spool: Spool,
     scratch: &WindowScratch,
 ) -> Result<Vec<(StagedFile, Facts)>, IngestError> {
-    let spool_error = io_error(Path::new("spool"));
-    let frames = spool.into_replay().map_err(spool_error)?;
-    let mut by_window = Spool::new(scratch.spool.clone(), scratch.spool_budget);
-    by_window.set_windows(spool::window_starts(
-        sample.by_process(),
-        scratch.window_rows,
-    ));
+    let spool_error = || io_error(Path::new("spool"));
+    let mut frames = spool.into_replay().map_err(spool_error())?;
+    // Both spools share the budget.
+    let budget = scratch.spool_budget.saturating_sub(frames.memory_bytes());
+    let mut by_window = Spool::new(scratch.spool.clone(), budget);
+    // By time alone: windows in time order hold a correlation id's earliest launch first,
+    // as attributing the whole file at once finds it (Kineto's ids are not per process).
+    let starts = spool::window_starts(sample.by_process(), scratch.window_rows);
+    by_window.set_windows(starts, false);
     // A core's worth of frames decoded at a time, their host rows then pushed in order.
     let parallel = rayon::current_num_threads().max(1);
     let mut all = frames.frames();
@@ -890,7 +894,7 @@ fn write_kineto_windowed(
             .by_ref()
             .take(parallel)
             .collect::<std::io::Result<Vec<_>>>()
-            .map_err(io_error(Path::new("spool")))?;
+            .map_err(spool_error())?;
         if round.is_empty() {
             break;
         }
@@ -898,30 +902,19 @@ fn write_kineto_windowed(
             .par_iter()
             .map(|f| rows_where(&f.decode()?, |kind| !kind.is_some_and(Kind::is_gpu)))
             .collect::<std::io::Result<Vec<_>>>()
-            .map_err(io_error(Path::new("spool")))?;
+            .map_err(spool_error())?;
         for batch in host_rows.into_iter().flatten() {
-            by_window
-                .push(batch)
-                .map_err(io_error(Path::new("spool")))?;
+            by_window.push(batch).map_err(spool_error())?;
         }
     }
     drop(all);
-    let windows = by_window
-        .into_windows()
-        .map_err(io_error(Path::new("spool")))?;
+    let windows = by_window.into_windows().map_err(spool_error())?;
     let (mut written, resolver) =
         write_windows(ctx, host, windows, kineto::host_structure, scratch)?;
     // Parts of a quarter of the usual rows: a part is gathered from the GPU rows of many
     // small frames, and writing such parts of 256 K rows two at a time peaked at 650 MB
     // against 330 MB at 64 K (1 GB trace, measured), and was slower.
-    let direct = DirectParts {
-        ctx,
-        resolver: &resolver,
-        part_rows: PART_ROWS / 4,
-        pending: Mutex::new((Vec::new(), 0)),
-        written: Mutex::new(Vec::new()),
-        error: Mutex::new(None),
-    };
+    let direct = DirectParts::new(ctx, &resolver, PART_ROWS / 4);
     let read = frames.frames().par_bridge().try_for_each(|frame| {
         let gpu_rows =
             frame.and_then(|f| rows_where(&f.decode()?, |kind| kind.is_some_and(Kind::is_gpu)));
@@ -980,14 +973,7 @@ fn write_windowed(
 ) -> Result<(Vec<(StagedFile, Facts)>, nsys::Counts), IngestError> {
     let windows = spool.into_windows().map_err(io_error(Path::new("spool")))?;
     let (mut written, resolver) = write_windows(ctx, host, windows, nsys::host_structure, scratch)?;
-    let direct = DirectParts {
-        ctx,
-        resolver: &resolver,
-        part_rows: PART_ROWS,
-        pending: Mutex::new((Vec::new(), 0)),
-        written: Mutex::new(Vec::new()),
-        error: Mutex::new(None),
-    };
+    let direct = DirectParts::new(ctx, &resolver, PART_ROWS);
     let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
     match (counts, direct.finish()) {
         (Err(Some(e)), _) => Err(IngestError::Trace {
@@ -1008,7 +994,7 @@ fn write_windowed(
 }
 
 /// Attributes batches as they come (from several threads) and writes them in parts of about
-/// [`PART_ROWS`] rows.
+/// `part_rows` rows.
 struct DirectParts<'a> {
     ctx: &'a PartContext<'a>,
     resolver: &'a Resolver,
@@ -1021,7 +1007,18 @@ struct DirectParts<'a> {
     error: Mutex<Option<IngestError>>,
 }
 
-impl DirectParts<'_> {
+impl<'a> DirectParts<'a> {
+    fn new(ctx: &'a PartContext<'a>, resolver: &'a Resolver, part_rows: usize) -> Self {
+        DirectParts {
+            ctx,
+            resolver,
+            part_rows,
+            pending: Mutex::new((Vec::new(), 0)),
+            written: Mutex::new(Vec::new()),
+            error: Mutex::new(None),
+        }
+    }
+
     fn push(&self, batch: RecordBatch) -> Result<(), ()> {
         if lock(&self.error).is_some() {
             return Err(());
@@ -1335,9 +1332,54 @@ mod tests {
         }
     }
 
-    /// Ingests `input` with `whole` and with each of `windowed` and checks that the stored
-    /// rows are the same, that they are attributed at all, and that no scratch file is left.
-    /// Returns the rows stored ([`stored_rows`]).
+    #[test]
+    fn a_correlation_id_in_two_processes_finds_its_earliest_launch_also_by_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("t.json");
+        let mut events = Vec::new();
+        let op = |pid: i64, name: &str, ts: i64, dur: i64| {
+            format!(
+                r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {pid}, "ts": {ts}, "dur": {dur}}}"#
+            )
+        };
+        for pid in [1, 2] {
+            for i in 0..20 {
+                events.push(op(pid, "filler", i * 10 + 3, 2));
+            }
+        }
+        // Process 1 launches correlation 7 later than process 2 does.
+        events.push(op(1, "opA", 105, 10));
+        events.push(op(2, "opB", 15, 10));
+        for (pid, ts) in [(1, 110), (2, 20)] {
+            events.push(format!(r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, "tid": {pid}, "ts": {ts}, "dur": 1, "args": {{"correlation": 7}}}}"#));
+        }
+        events.push(r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 300, "dur": 4, "args": {"correlation": 7, "device": 0, "stream": 7}}"#.into());
+        std::fs::write(
+            &trace,
+            format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n")),
+        )
+        .unwrap();
+        let windows = |spool_budget| IngestOptions {
+            whole_file_limit: Some(0),
+            window_rows: Some(4),
+            spool_budget,
+            ..Default::default()
+        };
+        let rows = assert_windows_change_nothing(
+            &trace,
+            IngestOptions::default(),
+            &[
+                ("windows of 4 rows", windows(None)),
+                ("spilled windows of 4 rows", windows(Some(0))),
+            ],
+        );
+        let kernel: Vec<&String> = rows.iter().filter(|r| r.contains("|kernel|")).collect();
+        assert_eq!(kernel.len(), 1);
+        assert!(kernel[0].contains("|opB|"), "{}", kernel[0]);
+    }
+
+    /// Ingests `input` with `whole` and with each of `windowed`, checks that the stored rows
+    /// are the same, and returns them ([`stored_rows`]).
     fn assert_windows_change_nothing(
         input: &Path,
         whole: IngestOptions,
@@ -1354,10 +1396,6 @@ mod tests {
             };
             ingest(&store, &[input.to_path_buf()], &opts, &NoProgress).unwrap();
             rows.push((what, stored_rows(&store, "r")));
-            let staging = std::fs::read_dir(store.paths().staging_dir())
-                .map(|d| d.count())
-                .unwrap_or(0);
-            assert_eq!(staging, 0, "{what}: scratch files are removed");
         }
         let whole = &rows[0].1;
         for (what, other) in &rows[1..] {

@@ -79,7 +79,6 @@ pub fn parse_into(
         epoch_time: true,
         ..Default::default()
     };
-    let whole_file_limit = &whole_file_limit;
     let mut top_level = Vec::new();
     let mut outcome: Result<(), TraceError> = Ok(());
     std::thread::scope(|scope| {
@@ -107,7 +106,7 @@ pub fn parse_into(
             match parsed {
                 Ok(parts) => {
                     for part in parts {
-                        if let Err(e) = trace.absorb(part, *whole_file_limit, sink, counter_sink) {
+                        if let Err(e) = trace.absorb(part, whole_file_limit, sink, counter_sink) {
                             outcome = Err(TraceError::at_byte(
                                 offset,
                                 None,
@@ -218,7 +217,8 @@ impl ParsedTrace {
     }
 }
 
-/// Adds the host rows of `batch` to `sample`, by process (`i64::MIN` without one) and time.
+/// Adds the host rows of `batch` to `sample` by time (all as process 0: Kineto's windows go by
+/// time alone, so that the earliest window holds the earliest launch of a correlation id).
 fn sample_host_rows(sample: &mut RowSample, batch: &RecordBatch) {
     let (kinds, kind_of) = crate::events::kinds_of(batch);
     let column = |name: &str| {
@@ -227,15 +227,10 @@ fn sample_host_rows(sample: &mut RowSample, batch: &RecordBatch) {
             .expect("events column")
             .as_primitive::<Int64Type>()
     };
-    let (pid, ts) = (column("pid"), column("ts"));
+    let ts = column("ts");
     sample.add(batch.num_rows(), |i| {
         let kind = kind_of[kinds.keys().value(i) as usize].unwrap_or(Kind::Other);
-        (!kind.is_gpu()).then(|| {
-            (
-                pid.is_valid(i).then(|| pid.value(i)).unwrap_or(i64::MIN),
-                ts.value(i),
-            )
-        })
+        (!kind.is_gpu()).then(|| (0, ts.value(i)))
     });
 }
 

@@ -14,9 +14,12 @@
 //! (`nsys::GpuTables`, `driver::finish_file`); only its host rows are spooled, sorted into
 //! windows of one process and a stretch of time ([`Spool::set_windows`]) that are attributed
 //! one at a time, so that attribution too needs memory for one window, not the whole file.
+//! A Kineto trace too large to attribute at once is read back from its spool twice
+//! ([`Spool::into_replay`]): its host rows go to a second spool by window of time (chosen
+//! from a [`RowSample`]), then its GPU rows are attributed.
 
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, RecordBatch, UInt32Array,
+    new_null_array, Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array,
 };
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::kernels::aggregate;
@@ -213,6 +216,8 @@ pub struct Spool {
     /// Where the windows start, as (process, time) ([`Self::set_windows`]); the first is
     /// [`FIRST_WINDOW`].
     windows: Vec<(i64, i64)>,
+    /// Whether rows go to windows by their process, or all as process 0.
+    windows_by_process: bool,
 }
 
 impl Spool {
@@ -230,20 +235,23 @@ impl Spool {
             rows: 0,
             schema: None,
             windows: vec![FIRST_WINDOW],
+            windows_by_process: true,
         }
     }
 
     /// Sorts the rows pushed from now on into windows by their process and time: a row goes
     /// to the last window whose start `(process, time)` is not after its `(pid, ts)` (a null
-    /// pid sorts first). `starts` must rise; a first window from the very beginning is
-    /// added. The windows come back one at a time ([`Self::into_windows`]).
-    pub fn set_windows(&mut self, mut starts: Vec<(i64, i64)>) {
+    /// pid sorts first). Without `by_process`, every row counts as process 0: windows go by
+    /// time alone. `starts` must rise; a first window from the very beginning is added. The
+    /// windows come back one at a time ([`Self::into_windows`]).
+    pub fn set_windows(&mut self, mut starts: Vec<(i64, i64)>, by_process: bool) {
         debug_assert!(starts.windows(2).all(|w| w[0] < w[1]));
         debug_assert!(self.rows == 0, "windows are set before the first batch");
         if starts.first() != Some(&FIRST_WINDOW) {
             starts.insert(0, FIRST_WINDOW);
         }
         self.windows = starts;
+        self.windows_by_process = by_process;
     }
 
     pub fn push(&mut self, batch: RecordBatch) -> io::Result<()> {
@@ -267,11 +275,18 @@ impl Spool {
                 .and_then(|c| c.as_primitive_opt::<Int64Type>())
                 .ok_or_else(|| io::Error::other(format!("windows need an Int64 {name} column")))
         };
-        let (ts, pid) = (column("ts")?, column("pid")?);
+        let ts = column("ts")?;
         let window_of =
             |p: i64, t: i64| (self.windows.partition_point(|&start| start <= (p, t)) - 1) as u32;
         let (Some(first), Some(last)) = (aggregate::min(ts), aggregate::max(ts)) else {
             return Ok(());
+        };
+        let by_time;
+        let pid = if self.windows_by_process {
+            column("pid")?
+        } else {
+            by_time = Int64Array::from(vec![0; batch.num_rows()]);
+            &by_time
         };
         // Rows come in runs of one process and rising time: a batch usually falls in one window.
         if pid.null_count() == 0 {
@@ -466,8 +481,13 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Every frame, in the order pushed.
-    pub fn frames(&self) -> Box<dyn Iterator<Item = io::Result<Frame>> + Send + '_> {
+    /// Bytes of the frames held in memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory.iter().map(|f| f.bytes.len()).sum()
+    }
+
+    /// Every frame, in the order pushed (`&mut`: one reader of the spill file at a time).
+    pub fn frames(&mut self) -> Box<dyn Iterator<Item = io::Result<Frame>> + Send + '_> {
         match &self.file {
             None => Box::new(self.memory.iter().map(|f| Ok(f.clone()))),
             Some(file) => Box::new(read_frames(file, self.count, self.schema.clone())),
@@ -519,7 +539,7 @@ const SAMPLE_CAP: usize = 1 << 16;
 
 /// A sample of rows' `(process, time)` as they stream past, of bounded size: one row in
 /// `stride` on average, the stride doubling (and every other entry dropped) whenever the
-/// sample is full. The gaps between sampled rows are random (0 to twice the stride), so that
+/// sample is full. The gaps between sampled rows are random (1 to `2 * stride - 1`), so that
 /// rows repeating in a pattern (every other row GPU work, say) are not sampled in step with it.
 /// Windows are chosen from it ([`window_starts`]) when rows come in no useful order.
 pub struct RowSample {
@@ -716,18 +736,24 @@ mod tests {
         assert_eq!(back, full);
     }
 
+    /// A spool of ten batches of 1000 rows (`v` counting from 0), spilling at `path`.
+    fn ten_batches(path: &std::path::Path, budget: usize) -> Spool {
+        let mut s = Spool::new(path.to_path_buf(), budget);
+        for i in 0..10 {
+            // Each batch has its own dictionary, as parse tasks produce them.
+            s.push(batch(i * 1000, 1000, &format!("name{i}"))).unwrap();
+        }
+        s
+    }
+
     #[test]
     fn a_replay_reads_every_frame_again_in_order() {
         let dir = tempfile::tempdir().unwrap();
         for budget in [usize::MAX, 0, 4_000] {
             let path = dir.path().join(format!("spool-{budget}"));
-            let mut s = Spool::new(path.clone(), budget);
-            for i in 0..10 {
-                s.push(batch(i * 1000, 1000, &format!("name{i}"))).unwrap();
-            }
-            let replay = s.into_replay().unwrap();
+            let mut replay = ten_batches(&path, budget).into_replay().unwrap();
             assert!(!path.exists(), "the spill file is unlinked once open");
-            let values = || -> Vec<i64> {
+            let mut values = || -> Vec<i64> {
                 replay
                     .frames()
                     .map(|f| f.unwrap().decode().unwrap())
@@ -801,11 +827,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for budget in [usize::MAX, 0, 4_000] {
             let path = dir.path().join(format!("spool-{budget}"));
-            let mut s = Spool::new(path.clone(), budget);
-            for i in 0..10 {
-                // Each batch has its own dictionary, as parse tasks produce them.
-                s.push(batch(i * 1000, 1000, &format!("name{i}"))).unwrap();
-            }
+            let s = ten_batches(&path, budget);
             assert_eq!(s.rows(), 10_000);
             assert_eq!(s.spilled(), budget != usize::MAX, "budget {budget}");
             let back: Vec<RecordBatch> = s
@@ -852,7 +874,7 @@ mod tests {
         for budget in [usize::MAX, 0] {
             let path = dir.path().join(format!("windows-{budget}"));
             let mut s = Spool::new(path.clone(), budget);
-            s.set_windows(vec![(1, 100), (2, i64::MIN), (2, 50)]);
+            s.set_windows(vec![(1, 100), (2, i64::MIN), (2, 50)], true);
             // One batch across every window, one within a window, one of rows out of order.
             s.push(rows(
                 vec![None, Some(1), Some(1), Some(2), Some(2), Some(3)],
@@ -896,6 +918,29 @@ mod tests {
                 "budget {budget}"
             );
             assert!(!path.exists(), "spill file left behind");
+            // By time alone: every row as process 0, a null pid too.
+            let mut s = Spool::new(path.clone(), budget);
+            s.set_windows(vec![(0, i64::MIN), (0, 50), (0, 150)], false);
+            s.push(rows(
+                vec![None, Some(1), Some(2), Some(3)],
+                vec![5, 150, 60, 50],
+            ))
+            .unwrap();
+            let mut windows = s.into_windows().unwrap();
+            let ts: Vec<Vec<i64>> = (0..windows.len())
+                .map(|w| {
+                    windows
+                        .take(w)
+                        .unwrap()
+                        .iter()
+                        .flat_map(|f| {
+                            let b = f.decode().unwrap();
+                            b.column(1).as_primitive::<Int64Type>().values().to_vec()
+                        })
+                        .collect()
+                })
+                .collect();
+            assert_eq!(ts, vec![vec![], vec![5], vec![60, 50], vec![150]]);
         }
     }
 }
