@@ -1,6 +1,6 @@
 //! Ingesting trace files into a store as runs.
 
-use crate::events::{HostStructure, Kind};
+use crate::events::{HostStructure, Kind, RangeRules};
 use crate::kineto;
 use crate::launches::LaunchIndexWriter;
 use crate::nsys;
@@ -708,8 +708,8 @@ fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
 /// What attributing an export's host rows window by window carries from one window to the next.
 struct WindowState {
     windows: spool::Windows,
-    /// Finds a batch's host ranges and launch calls (the adapter's rules).
-    structure: fn(&RecordBatch, &mut HostStructure),
+    /// How the adapter's ranges are read from its rows.
+    ranges: &'static RangeRules,
     /// Names and threads of all windows so far; the ranges still open.
     host: HostStructure,
     /// `host.names` as the resolvers' dictionary values.
@@ -737,7 +737,7 @@ impl WindowState {
             .par_iter()
             .map(|b| {
                 let mut host = HostStructure::default();
-                (self.structure)(b, &mut host);
+                crate::events::host_structure(b, &mut host, self.ranges);
                 host
             })
             .collect();
@@ -770,7 +770,7 @@ impl WindowState {
 }
 
 /// Attributes and writes host rows waiting in `windows` (one process, a stretch of time),
-/// finding each window's ranges and launch calls with `structure`. Each window is attributed
+/// finding each window's ranges (by the adapter's `ranges`) and launch calls in its rows. Each window is attributed
 /// with its own ranges and those of its process still open, and its launches go to a launch
 /// index (compact, in memory up to a budget, then in a scratch file): memory holds three
 /// windows, not the whole file's ranges and launches. Returns the parts written and the
@@ -779,7 +779,7 @@ fn write_windows(
     ctx: &PartContext<'_>,
     host: HostStructure,
     windows: spool::Windows,
-    structure: fn(&RecordBatch, &mut HostStructure),
+    ranges: &'static RangeRules,
     scratch: &WindowScratch,
 ) -> Result<(Vec<(StagedFile, Facts)>, Resolver), IngestError> {
     let HostStructure {
@@ -791,7 +791,7 @@ fn write_windows(
     } = host;
     let mut state = WindowState {
         windows,
-        structure,
+        ranges,
         host: HostStructure {
             names,
             threads,
@@ -909,8 +909,7 @@ fn write_kineto_windowed(
     }
     drop(all);
     let windows = by_window.into_windows().map_err(spool_error())?;
-    let (mut written, resolver) =
-        write_windows(ctx, host, windows, kineto::host_structure, scratch)?;
+    let (mut written, resolver) = write_windows(ctx, host, windows, &kineto::RANGES, scratch)?;
     // Parts of a quarter of the usual rows: a part is gathered from the GPU rows of many
     // small frames, and writing such parts of 256 K rows two at a time peaked at 650 MB
     // against 330 MB at 64 K (1 GB trace, measured), and was slower.
@@ -972,7 +971,7 @@ fn write_windowed(
     scratch: &WindowScratch,
 ) -> Result<(Vec<(StagedFile, Facts)>, nsys::Counts), IngestError> {
     let windows = spool.into_windows().map_err(io_error(Path::new("spool")))?;
-    let (mut written, resolver) = write_windows(ctx, host, windows, nsys::host_structure, scratch)?;
+    let (mut written, resolver) = write_windows(ctx, host, windows, &nsys::RANGES, scratch)?;
     let direct = DirectParts::new(ctx, &resolver, PART_ROWS);
     let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
     match (counts, direct.finish()) {

@@ -619,6 +619,82 @@ impl HostStructure {
     }
 }
 
+/// How an adapter reads host ranges from its rows ([`host_structure`]).
+pub struct RangeRules {
+    /// Shortest duration of a range: rows that last less contain no time of theirs.
+    pub min_dur: i64,
+    /// Whether a range needs its row's pid and tid; else a missing one counts as 0.
+    pub needs_thread: bool,
+    /// A range's name and whether it is an annotation, from its kind (`CpuOp` or
+    /// `Annotation`) and the row's name.
+    pub name: for<'a> fn(Kind, &'a str) -> (&'a str, bool),
+}
+
+/// Adds the host ranges (operator and annotation rows lasting at least `rules.min_dur`) and
+/// the launch calls (runtime and driver rows with a correlation id, a pid and a tid) among
+/// the rows of `batch` to `host`, whose names and threads they are interned in. Steps are not
+/// added. Used where attribution reads ranges from spooled rows, a time window at a time.
+pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure, rules: &RangeRules) {
+    let col = |name: &str| batch.column_by_name(name).expect("events column");
+    let (kinds, kind_values) = kinds_of(batch);
+    let names = col("name").as_dictionary::<Int32Type>();
+    let name_values = names.values().as_string::<i32>();
+    // Per name, for an operator row and for an annotation row: its range name's id, and
+    // whether that is an annotation.
+    let mut name_ids: Vec<[Option<(u32, bool)>; 2]> = vec![[None; 2]; name_values.len()];
+    let pid = col("pid").as_primitive::<Int64Type>();
+    let tid = col("tid").as_primitive::<Int64Type>();
+    let ts = col("ts").as_primitive::<Int64Type>();
+    let dur = col("dur").as_primitive::<Int64Type>();
+    let corr = col("correlation").as_primitive::<Int64Type>();
+    // Rows come in runs of one thread: its id is looked up once per run.
+    let mut last_thread: Option<((i64, i64), u32)> = None;
+    let mut thread_of = |threads: &mut Threads, key: (i64, i64)| match last_thread {
+        Some((k, id)) if k == key => id,
+        _ => {
+            let id = threads.intern(key.0, key.1);
+            last_thread = Some((key, id));
+            id
+        }
+    };
+    let has_thread = |i: usize| pid.is_valid(i) && tid.is_valid(i);
+    let value = |a: &Int64Array, i: usize| if a.is_valid(i) { a.value(i) } else { 0 };
+    for i in 0..batch.num_rows() {
+        let Some(kind) = kind_values[kinds.keys().value(i) as usize] else {
+            continue;
+        };
+        if kind.is_launch() {
+            if corr.is_valid(i) && has_thread(i) {
+                let thread = thread_of(&mut host.threads, (pid.value(i), tid.value(i)));
+                host.launches
+                    .push(Launch::new(corr.value(i), ts.value(i), thread));
+            }
+            continue;
+        }
+        let is_range = matches!(kind, Kind::CpuOp | Kind::Annotation)
+            && dur.value(i) >= rules.min_dur
+            && (has_thread(i) || !rules.needs_thread);
+        if !is_range {
+            continue;
+        }
+        let key = names.keys().value(i) as usize;
+        let (name, annotation) = *name_ids[key][(kind == Kind::Annotation) as usize]
+            .get_or_insert_with(|| {
+                let (name, annotation) = (rules.name)(kind, name_values.value(key));
+                (host.names.intern(name), annotation)
+            });
+        let thread = thread_of(&mut host.threads, (value(pid, i), value(tid, i)));
+        let start = ts.value(i);
+        host.intervals.push(HostInterval::new(
+            thread,
+            start,
+            start + dur.value(i),
+            name,
+            annotation,
+        ));
+    }
+}
+
 /// `N` of `ProfilerStep#N`.
 pub fn profiler_step_number(name: &str) -> Option<i64> {
     name.strip_prefix("ProfilerStep#")?.parse().ok()

@@ -14,13 +14,13 @@
 
 use crate::events::{
     profiler_step_number, CounterColumns, Event, EventColumns, HostInterval, HostStructure, Kind,
-    Launch, Step,
+    Launch, RangeRules, Step,
 };
 use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
 use crate::spool::RowSample;
 use crate::trace::{EventSink, ParsedTrace, TraceError};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::Int64Type;
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ const SPARE_BUFFERS: usize = 3;
 /// Host ranges and launch calls kept for attributing a whole file at once, by default: about
 /// 100 MB of them (a trace of ~2 GB). A larger trace is attributed a time window at a time
 /// ([`ParsedTrace::windowed`]), its ranges and launches found again in the spooled rows
-/// ([`host_structure`]).
+/// ([`RANGES`]).
 pub const WHOLE_FILE_LIMIT: usize = 4 << 20;
 
 /// Parses a Kineto trace from `reader`. `progress` is called with the number of bytes read so far.
@@ -234,63 +234,19 @@ fn sample_host_rows(sample: &mut RowSample, batch: &RecordBatch) {
     });
 }
 
-/// The host ranges (operators, annotations, `ProfilerStep#N`) and launch calls among the
-/// rows of `batch`, as the parse finds them (`parse_event`), added to `host`: a windowed
-/// file's attribution finds them here, in each window's rows. Steps are not added: the parse
-/// keeps them all.
-pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure) {
-    let col = |name: &str| batch.column_by_name(name).expect("events column");
-    let (kinds, kind_values) = crate::events::kinds_of(batch);
-    let names = col("name").as_dictionary::<Int32Type>();
-    let name_values = names.values().as_string::<i32>();
-    // Per name: its id, and whether it names a profiler step.
-    let mut name_ids: Vec<Option<(u32, bool)>> = vec![None; name_values.len()];
-    let pid = col("pid").as_primitive::<Int64Type>();
-    let tid = col("tid").as_primitive::<Int64Type>();
-    let ts = col("ts").as_primitive::<Int64Type>();
-    let dur = col("dur").as_primitive::<Int64Type>();
-    let corr = col("correlation").as_primitive::<Int64Type>();
-    let mut last_thread: Option<((i64, i64), u32)> = None;
-    for i in 0..batch.num_rows() {
-        let Some(kind) = kind_values[kinds.keys().value(i) as usize] else {
-            continue;
-        };
-        let range = matches!(kind, Kind::CpuOp | Kind::Annotation) && dur.value(i) >= 0;
-        let launch = kind.is_launch() && corr.is_valid(i);
-        if !(range || launch) || pid.is_null(i) || tid.is_null(i) {
-            continue;
-        }
-        let key = (pid.value(i), tid.value(i));
-        let thread = match last_thread {
-            Some((k, id)) if k == key => id,
-            _ => {
-                let id = host.threads.intern(key.0, key.1);
-                last_thread = Some((key, id));
-                id
-            }
-        };
-        let start = ts.value(i);
-        if launch {
-            host.launches
-                .push(Launch::new(corr.value(i), start, thread));
-            continue;
-        }
-        let key = names.keys().value(i) as usize;
-        let (name, step) = *name_ids[key].get_or_insert_with(|| {
-            let text = name_values.value(key);
-            (
-                host.names.intern(text),
-                profiler_step_number(text).is_some(),
-            )
-        });
-        host.intervals.push(HostInterval::new(
-            thread,
-            start,
-            start + dur.value(i),
-            name,
-            kind == Kind::Annotation || step,
-        ));
-    }
+/// How the parse reads ranges (`parse_event`), for attribution that finds them again in the
+/// spooled rows, a window at a time: operators and annotations of any length with a pid and a
+/// tid, named as they are; `ProfilerStep#N` is a scope, never an operator (legacy traces file
+/// it as `Operator`).
+pub const RANGES: RangeRules = RangeRules {
+    min_dur: 0,
+    needs_thread: true,
+    name: range_name,
+};
+
+fn range_name(kind: Kind, name: &str) -> (&str, bool) {
+    let annotation = kind == Kind::Annotation || profiler_step_number(name).is_some();
+    (name, annotation)
 }
 
 /// A run of whole events: `ranges` index into `bytes`; `offset` is the stream offset of `bytes[0]`.

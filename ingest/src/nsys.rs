@@ -27,10 +27,10 @@
 //! Reading is in two steps: [`Export::read_host`] reads the host tables (runtime calls, NVTX,
 //! overhead) and returns the [`GpuTables`], which [`GpuTables::read`] reads once the launches
 //! are attributed, so that their rows can be attributed and written as they come. The host
-//! rows can be attributed a time window at a time ([`Export::time_windows`],
-//! [`host_structure`]), so memory does not grow with the export.
+//! rows can be attributed a time window at a time ([`Export::windows`], [`RANGES`]), so
+//! memory does not grow with the export.
 
-use crate::events::{Event, EventColumns, HostInterval, HostStructure, Kind, Launch, Step};
+use crate::events::{Event, EventColumns, HostStructure, Kind, RangeRules, Step};
 use crate::sqlite_pages::{self, PageFile, TablePlan, Value};
 use crate::trace::{ParsedTrace, TraceError};
 use datafusion::arrow::array::RecordBatch;
@@ -1229,7 +1229,7 @@ impl Export {
     /// their batches to `sink`; returns the trace with its steps, and the GPU tables still to
     /// read ([`GpuTables::read`]). `progress` gets the fraction of all rows read (0..=1).
     /// The launches and ranges that attribution needs come from the host rows themselves
-    /// ([`host_structure`]).
+    /// ([`RANGES`]).
     pub fn read_host(
         self,
         progress: &(dyn Fn(f64) + Sync),
@@ -1300,73 +1300,19 @@ impl Export {
     }
 }
 
-/// The launch calls and NVTX ranges among host rows read by [`Export::read_host`], added to
-/// `host` (whose names and threads they are interned in): runtime and driver calls with a
-/// correlation id launch GPU work; NVTX ranges that last are operators (`cpu_op`, named by
-/// their operator, `aten::mm` of `aten::mm, seq = 3`) or annotations. Ranges of no length
-/// contain no time and are left out.
-pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure) {
-    use datafusion::arrow::array::{Array, AsArray};
-    use datafusion::arrow::datatypes::{Int32Type, Int64Type};
-    let col = |name: &str| batch.column_by_name(name).expect("events column");
-    let (kinds, kind_values) = crate::events::kinds_of(batch);
-    let names = col("name").as_dictionary::<Int32Type>();
-    let name_values = names.values().as_string::<i32>();
-    let mut name_ids: Vec<Option<u32>> = vec![None; name_values.len()];
-    let pid = col("pid").as_primitive::<Int64Type>();
-    let tid = col("tid").as_primitive::<Int64Type>();
-    let ts = col("ts").as_primitive::<Int64Type>();
-    let dur = col("dur").as_primitive::<Int64Type>();
-    let corr = col("correlation").as_primitive::<Int64Type>();
-    let value =
-        |a: &datafusion::arrow::array::Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
-    // Rows come in runs of one thread: its id is looked up once per run.
-    let mut last_thread: Option<((i64, i64), u32)> = None;
-    let mut thread_of = |threads: &mut crate::events::Threads, key: (i64, i64)| match last_thread {
-        Some((k, id)) if k == key => id,
-        _ => {
-            let id = threads.intern(key.0, key.1);
-            last_thread = Some((key, id));
-            id
-        }
-    };
-    for i in 0..batch.num_rows() {
-        let Some(kind) = kind_values[kinds.keys().value(i) as usize] else {
-            continue;
-        };
-        match kind {
-            Kind::Runtime | Kind::Driver => {
-                if let (Some(c), Some(p), Some(t)) = (value(corr, i), value(pid, i), value(tid, i))
-                {
-                    let thread = thread_of(&mut host.threads, (p, t));
-                    host.launches.push(Launch::new(c, ts.value(i), thread));
-                }
-            }
-            Kind::CpuOp | Kind::Annotation if dur.value(i) > 0 => {
-                let key = names.keys().value(i) as usize;
-                let name = *name_ids[key].get_or_insert_with(|| {
-                    let text = name_values.value(key);
-                    let interval_name = match kind {
-                        Kind::CpuOp => operator_name(text).unwrap_or(text),
-                        _ => text,
-                    };
-                    host.names.intern(interval_name)
-                });
-                let thread = thread_of(
-                    &mut host.threads,
-                    (value(pid, i).unwrap_or(0), value(tid, i).unwrap_or(0)),
-                );
-                let start = ts.value(i);
-                host.intervals.push(HostInterval::new(
-                    thread,
-                    start,
-                    start + dur.value(i),
-                    name,
-                    kind == Kind::Annotation,
-                ));
-            }
-            _ => {}
-        }
+/// How ranges are read from the host rows of [`Export::read_host`]: NVTX ranges that last are
+/// operators (`cpu_op`, named by their operator, `aten::mm` of `aten::mm, seq = 3`) or
+/// annotations; ranges of no length contain no time and are left out.
+pub const RANGES: RangeRules = RangeRules {
+    min_dur: 1,
+    needs_thread: false,
+    name: range_name,
+};
+
+fn range_name(kind: Kind, text: &str) -> (&str, bool) {
+    match kind {
+        Kind::CpuOp => (operator_name(text).unwrap_or(text), false),
+        _ => (text, kind == Kind::Annotation),
     }
 }
 

@@ -391,6 +391,19 @@ impl Spool {
         self.file.is_some()
     }
 
+    /// Encodes what is pending; the spill file, if any, flushed, opened for reading and
+    /// unlinked (it lives as long as the handle).
+    fn finish(&mut self) -> io::Result<Option<File>> {
+        self.encode_pending()?;
+        let Some(w) = self.file.take() else {
+            return Ok(None);
+        };
+        w.into_inner().map_err(|e| e.into_error())?;
+        let file = File::open(&self.path)?;
+        let _ = std::fs::remove_file(&self.path);
+        Ok(Some(file))
+    }
+
     /// Every frame, in the order pushed.
     pub fn drain(self) -> io::Result<Box<dyn Iterator<Item = io::Result<Frame>> + Send>> {
         let replay = self.into_replay()?;
@@ -402,16 +415,7 @@ impl Spool {
 
     /// The frames, to be read as often as needed ([`Replay::frames`]).
     pub fn into_replay(mut self) -> io::Result<Replay> {
-        self.encode_pending()?;
-        let file = match self.file.take() {
-            Some(w) => {
-                w.into_inner().map_err(|e| e.into_error())?;
-                let file = File::open(&self.path)?;
-                let _ = std::fs::remove_file(&self.path);
-                Some(file)
-            }
-            None => None,
-        };
+        let file = self.finish()?;
         Ok(Replay {
             memory: self.memory.drain(..).map(|(_, f)| f).collect(),
             count: self.spilled.len(),
@@ -422,7 +426,7 @@ impl Spool {
 
     /// The frames by window ([`Self::set_windows`]).
     pub fn into_windows(mut self) -> io::Result<Windows> {
-        self.encode_pending()?;
+        let file = self.finish()?;
         let count = self.windows.len();
         let mut memory: Vec<Vec<Frame>> = (0..count).map(|_| Vec::new()).collect();
         for (w, f) in std::mem::take(&mut self.memory) {
@@ -432,15 +436,6 @@ impl Spool {
         for &(w, offset) in &self.spilled {
             spilled[w as usize].push(offset);
         }
-        let file = match self.file.take() {
-            Some(w) => {
-                w.into_inner().map_err(|e| e.into_error())?;
-                let file = File::open(&self.path)?;
-                let _ = std::fs::remove_file(&self.path);
-                Some(file)
-            }
-            None => None,
-        };
         Ok(Windows {
             starts: std::mem::take(&mut self.windows),
             memory,
