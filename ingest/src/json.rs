@@ -14,7 +14,8 @@ pub struct SyntaxError {
     pub message: String,
 }
 
-pub type Result<T> = std::result::Result<T, SyntaxError>;
+/// Boxed: a parse returns a `Result` per key and value, and a small one stays in registers.
+pub type Result<T> = std::result::Result<T, Box<SyntaxError>>;
 
 /// A scalar or a skipped compound value.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,11 +94,29 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    #[cold]
     pub fn error<T>(&self, message: impl Into<String>) -> Result<T> {
-        Err(SyntaxError {
+        Err(Box::new(SyntaxError {
             offset: self.pos,
             message: message.into(),
-        })
+        }))
+    }
+
+    /// `buf[a..b]` as text where `a` follows and `b` is at an ASCII byte (a quote, a bracket,
+    /// the end of a number).
+    /// Like [`Cursor::text_of`], without its checks of `a` and `b` on known text.
+    #[inline]
+    fn ascii_bounded(&self, a: usize, b: usize) -> Option<&'a str> {
+        match self.text {
+            Some(t) => {
+                assert!(a <= b && b <= t.len());
+                // SAFETY: `text` is valid UTF-8 and `a..b` lies within it; a position next to
+                // an ASCII byte is a char boundary, since ASCII bytes never occur inside a
+                // multi-byte character.
+                Some(unsafe { t.get_unchecked(a..b) })
+            }
+            None => std::str::from_utf8(&self.buf[a..b]).ok(),
+        }
     }
 
     #[inline]
@@ -116,12 +135,18 @@ impl<'a> Cursor<'a> {
         self.buf.get(self.pos).copied()
     }
 
+    #[inline]
     pub fn expect(&mut self, byte: u8) -> Result<()> {
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            return Ok(());
+        }
+        self.unexpected(byte)
+    }
+
+    #[cold]
+    fn unexpected(&mut self, byte: u8) -> Result<()> {
         match self.peek() {
-            Some(b) if b == byte => {
-                self.pos += 1;
-                Ok(())
-            }
             Some(b) => self.error(format!(
                 "expected '{}', found '{}'",
                 byte as char,
@@ -135,23 +160,31 @@ impl<'a> Cursor<'a> {
     }
 
     /// Parses a string starting at the current `"`.
+    #[inline]
     pub fn string(&mut self) -> Result<Cow<'a, str>> {
         self.expect(b'"')?;
         let start = self.pos;
+        match quote_or_backslash(&self.buf[start..]) {
+            Some(rel) if self.buf[start + rel] == b'"' => {
+                self.pos = start + rel + 1;
+                Ok(match self.ascii_bounded(start, start + rel) {
+                    Some(s) => Cow::Borrowed(s),
+                    None => String::from_utf8_lossy(&self.buf[start..start + rel]),
+                })
+            }
+            _ => self.escaped_string(start),
+        }
+    }
+
+    /// The rest of [`Cursor::string`] from `start` (after the quote), for a string with
+    /// escapes (or none of its end).
+    #[cold]
+    #[inline(never)]
+    fn escaped_string(&mut self, start: usize) -> Result<Cow<'a, str>> {
         let rest = &self.buf[start..];
         let Some(rel) = quote_or_backslash(rest) else {
             return self.error("unterminated string");
         };
-        if rest[rel] == b'"' {
-            self.pos = start + rel + 1;
-            return match self.text_of(start, start + rel) {
-                Some(s) => Ok(Cow::Borrowed(s)),
-                None => Ok(Cow::Owned(
-                    String::from_utf8_lossy(&rest[..rel]).into_owned(),
-                )),
-            };
-        }
-        // Slow path: unescape.
         let mut out: Vec<u8> = rest[..rel].to_vec();
         self.pos = start + rel;
         loop {
@@ -240,7 +273,7 @@ impl<'a> Cursor<'a> {
             return self.error("expected a number");
         }
         // Only ASCII digits and signs were consumed.
-        Ok(self.text_of(start, self.pos).expect("ascii"))
+        Ok(self.ascii_bounded(start, self.pos).expect("ascii"))
     }
 
     fn literal(&mut self, word: &[u8]) -> Result<()> {
@@ -541,7 +574,36 @@ fn prefix_xor(mut x: u64) -> u64 {
 /// Converts decimal microseconds (`"1695835572943613.123"`, `"12"`, `"1.5e3"`) to integer
 /// nanoseconds exactly; digits beyond the nanosecond are rounded half away from zero.
 pub fn us_to_ns(text: &str) -> Option<i64> {
-    decimal_scaled(text, 3)
+    plain_us_to_ns(text.as_bytes()).or_else(|| decimal_scaled(text, 3))
+}
+
+/// The common shape of trace times, `digits[.digits]` with at most 3 decimals and 18 digits
+/// (a year-2300 epoch in ns has 20), in `u64` arithmetic; `None` for anything else, which
+/// [`decimal_scaled`] then reads (with `i128`, several times slower per digit).
+#[inline]
+fn plain_us_to_ns(bytes: &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    let mut digits = 0;
+    let mut decimals: Option<u32> = None;
+    for &b in bytes {
+        match b {
+            b'0'..=b'9' => {
+                value = value * 10 + (b - b'0') as u64;
+                digits += 1;
+                if let Some(d) = &mut decimals {
+                    *d += 1;
+                }
+            }
+            b'.' if decimals.is_none() => decimals = Some(0),
+            _ => return None,
+        }
+    }
+    let decimals = decimals.unwrap_or(0);
+    if digits == 0 || digits > 18 || decimals > 3 {
+        return None;
+    }
+    // 18 digits times 10^3 fit a u64, not always an i64.
+    i64::try_from(value * 10u64.pow(3 - decimals)).ok()
 }
 
 /// `text * 10^scale` as an integer, exactly (rounded half away from zero).
@@ -658,6 +720,27 @@ mod tests {
         assert_eq!(us_to_ns("1.2.3"), None);
         assert_eq!(us_to_ns("abc"), None);
         assert_eq!(us_to_ns("1e400"), None);
+        // The fast path's edges: 18 digits, 3 decimals, a bare dot, and where it hands over.
+        assert_eq!(
+            us_to_ns("999999999999999.999"),
+            Some(999_999_999_999_999_999)
+        );
+        assert_eq!(us_to_ns("9223372036854775.807"), Some(i64::MAX));
+        assert_eq!(us_to_ns("9223372036854775.808"), None);
+        assert_eq!(us_to_ns("9999999999999999.99"), None);
+        assert_eq!(
+            us_to_ns("1695835572943613.1234"),
+            Some(1_695_835_572_943_613_123)
+        );
+        assert_eq!(
+            us_to_ns("1695835572943613.1235"),
+            Some(1_695_835_572_943_613_124)
+        );
+        assert_eq!(us_to_ns("99999999999999999.99"), None);
+        assert_eq!(us_to_ns("12."), Some(12_000));
+        assert_eq!(us_to_ns(".5"), Some(500));
+        assert_eq!(us_to_ns("."), None);
+        assert_eq!(us_to_ns("0.000"), Some(0));
         // a float would round this
         let f = 1695835572943613.123f64 * 1000.0;
         assert_ne!(f as i64, 1_695_835_572_943_613_123);

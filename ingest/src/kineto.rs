@@ -29,7 +29,11 @@ use std::sync::mpsc;
 
 /// Bytes read from the source at a time. A block of events is one read buffer, handed over to
 /// the parser without copying it: at most this plus the one event that straddled the last read.
-const READ_BYTES: usize = 4 << 20;
+/// Each of a block's parse tasks makes one batch, and every batch costs the same again
+/// downstream (its own name dictionary, spool frame, resolver set-up): blocks of 4 MB
+/// (batches of ~3 K events) took 8 % longer to ingest than blocks of 16 MB; larger ones gain
+/// nothing more.
+const READ_BYTES: usize = 16 << 20;
 /// Spare read buffers returned by the parser for reuse (no fresh pages to fault in).
 const SPARE_BUFFERS: usize = 3;
 
