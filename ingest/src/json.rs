@@ -577,9 +577,9 @@ pub fn us_to_ns(text: &str) -> Option<i64> {
     plain_us_to_ns(text.as_bytes()).or_else(|| decimal_scaled(text, 3))
 }
 
-/// The common shape of trace times, `digits[.digits]` with at most 3 decimals and 18 digits
-/// (a year-2300 epoch in ns has 20), in `u64` arithmetic; `None` for anything else, which
-/// [`decimal_scaled`] then reads (with `i128`, several times slower per digit).
+/// The common shape of trace times, `digits[.digits]` with at most 3 decimals and 19 digits
+/// (epoch microseconds with 3 decimals have 19), in `u64` arithmetic; `None` for anything
+/// else, which [`decimal_scaled`] then reads (with `i128`, several times slower per digit).
 #[inline]
 fn plain_us_to_ns(bytes: &[u8]) -> Option<i64> {
     let mut value: u64 = 0;
@@ -587,7 +587,8 @@ fn plain_us_to_ns(bytes: &[u8]) -> Option<i64> {
     let mut decimals: Option<u32> = None;
     for &b in bytes {
         match b {
-            b'0'..=b'9' => {
+            // 19 digits stay below 10^19 < 2^64.
+            b'0'..=b'9' if digits < 19 => {
                 value = value * 10 + (b - b'0') as u64;
                 digits += 1;
                 if let Some(d) = &mut decimals {
@@ -599,11 +600,10 @@ fn plain_us_to_ns(bytes: &[u8]) -> Option<i64> {
         }
     }
     let decimals = decimals.unwrap_or(0);
-    if digits == 0 || digits > 18 || decimals > 3 {
+    if digits == 0 || decimals > 3 {
         return None;
     }
-    // 18 digits times 10^3 fit a u64, not always an i64.
-    i64::try_from(value * 10u64.pow(3 - decimals)).ok()
+    i64::try_from(value.checked_mul(10u64.pow(3 - decimals))?).ok()
 }
 
 /// `text * 10^scale` as an integer, exactly (rounded half away from zero).
@@ -720,7 +720,14 @@ mod tests {
         assert_eq!(us_to_ns("1.2.3"), None);
         assert_eq!(us_to_ns("abc"), None);
         assert_eq!(us_to_ns("1e400"), None);
-        // The fast path's edges: 18 digits, 3 decimals, a bare dot, and where it hands over.
+        // The fast path's edges: 19 digits, 3 decimals, a bare dot, and where it hands over.
+        assert_eq!(
+            us_to_ns("1700759084287218.300"),
+            Some(1_700_759_084_287_218_300)
+        );
+        assert_eq!(us_to_ns("9999999999999999999"), None);
+        assert_eq!(us_to_ns("99999999999999999999"), None);
+        assert_eq!(us_to_ns("00000000000000000001.5"), Some(1_500));
         assert_eq!(
             us_to_ns("999999999999999.999"),
             Some(999_999_999_999_999_999)

@@ -190,8 +190,11 @@ impl ParsedTrace {
         sink: &mut EventSink<'_>,
         counter_sink: &mut EventSink<'_>,
     ) -> std::io::Result<()> {
-        if let Some(events) = out.events {
+        if let Some(events) = out.host_events {
             sample_host_rows(&mut self.host_sample, &events);
+            sink(events)?;
+        }
+        if let Some(events) = out.gpu_events {
             sink(events)?;
         }
         if let Some(counters) = out.counters {
@@ -543,7 +546,10 @@ fn hand_over(
 /// What one parse task produces.
 #[derive(Default)]
 struct BlockOut {
-    events: EventColumns,
+    /// Host and GPU events apart: the columns of GPU work (device, stream, geometry, ...)
+    /// are then null in every row of a host batch, and left out of its spool frame.
+    host_events: EventColumns,
+    gpu_events: EventColumns,
     counters: CounterColumns,
     host: HostStructure,
     warnings: BTreeMap<&'static str, u64>,
@@ -556,17 +562,21 @@ struct BlockOut {
 /// A [`BlockOut`] with its columns finished (in the parse task, in parallel); `tally` keeps
 /// the rest, its columns left empty.
 struct ParsedPart {
-    events: Option<RecordBatch>,
+    host_events: Option<RecordBatch>,
+    gpu_events: Option<RecordBatch>,
     counters: Option<RecordBatch>,
     tally: BlockOut,
 }
 
 impl From<BlockOut> for ParsedPart {
     fn from(mut out: BlockOut) -> ParsedPart {
-        let events = std::mem::take(&mut out.events);
+        let finish = |events: EventColumns| (!events.is_empty()).then(|| events.finish());
+        let host_events = finish(std::mem::take(&mut out.host_events));
+        let gpu_events = finish(std::mem::take(&mut out.gpu_events));
         let counters = std::mem::take(&mut out.counters);
         ParsedPart {
-            events: (!events.is_empty()).then(|| events.finish()),
+            host_events,
+            gpu_events,
             counters: (!counters.is_empty()).then(|| counters.finish()),
             tally: out,
         }
@@ -582,7 +592,8 @@ fn parse_block(block: &Block) -> Result<Vec<ParsedPart>, TraceError> {
         .enumerate()
         .map(|(i, chunk)| {
             let mut out = BlockOut {
-                events: EventColumns::with_capacity(chunk.len()),
+                host_events: EventColumns::with_capacity(chunk.len()),
+                gpu_events: EventColumns::with_capacity(chunk.len() / 4),
                 ..Default::default()
             };
             for (j, &(a, b)) in chunk.iter().enumerate() {
@@ -903,7 +914,11 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
         (p, t, raw) => Some(Cow::Owned(with_original_ids(p, t, raw))),
     };
     e.args = args_text.as_deref();
-    out.events.push(kind, &e);
+    if kind.is_gpu() {
+        out.gpu_events.push(kind, &e);
+    } else {
+        out.host_events.push(kind, &e);
+    }
     out.n_events += 1;
     if kind == Kind::Kernel {
         out.n_kernels += 1;
