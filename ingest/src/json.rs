@@ -387,6 +387,20 @@ fn printable(b: u8) -> char {
 /// as the running XOR of the quote mask, so that only brackets outside strings are visited. A
 /// chunk with a backslash (rare in traces), or after one, goes byte by byte.
 pub fn find_value_end(buf: &[u8], start: usize) -> Option<usize> {
+    scan_value(buf, start).map(|(end, _)| end)
+}
+
+/// Like [`find_value_end`], for an object; also the span of its one member value that is an
+/// object, if it has exactly one (a trace event's `args`), found in the same pass. The
+/// parser then takes that member without scanning it again.
+pub fn object_extent(buf: &[u8], start: usize) -> Option<(usize, Option<(usize, usize)>)> {
+    if buf.get(start) != Some(&b'{') {
+        return None;
+    }
+    scan_value(buf, start).map(|(end, scan)| (end, (scan.nested == 1).then_some(scan.nested_span)))
+}
+
+fn scan_value(buf: &[u8], start: usize) -> Option<(usize, BracketScan)> {
     // Only the opening kind's brackets need counting: the other kind balances inside, and
     // strings (which may hold any bracket) are skipped whole.
     let (open, close) = match buf.get(start)? {
@@ -400,22 +414,28 @@ pub fn find_value_end(buf: &[u8], start: usize) -> Option<usize> {
         depth: 0,
         in_string: false,
         escaped: false,
+        base: start,
+        nested: 0,
+        nested_span: (0, 0),
     };
     let mut i = start;
     while i + 64 <= buf.len() {
         let chunk: &[u8; 64] = buf[i..i + 64].try_into().expect("64 bytes");
         let m = ChunkMasks::of(chunk, open, close);
+        scan.base = i;
         let found = if m.backslash != 0 || scan.escaped {
             scan.bytes(chunk)
         } else {
             scan.masks(&m)
         };
         if let Some(k) = found {
-            return Some(i + k + 1);
+            return Some((i + k + 1, scan));
         }
         i += 64;
     }
-    scan.bytes(&buf[i..]).map(|k| i + k + 1)
+    scan.base = i;
+    let end = scan.bytes(&buf[i..])?;
+    Some((i + end + 1, scan))
 }
 
 /// The state of [`find_value_end`] between chunks.
@@ -426,6 +446,12 @@ struct BracketScan {
     in_string: bool,
     /// The previous byte was a backslash inside a string.
     escaped: bool,
+    /// Offset in the buffer of the chunk being scanned.
+    base: usize,
+    /// Brackets opened directly inside the value, and the span (open to one past the close)
+    /// of the last of them.
+    nested: u32,
+    nested_span: (usize, usize),
 }
 
 impl BracketScan {
@@ -443,15 +469,31 @@ impl BracketScan {
             } else if b == b'"' {
                 self.in_string = true;
             } else if b == self.open {
-                self.depth += 1;
-            } else if b == self.close {
-                self.depth -= 1;
-                if self.depth == 0 {
-                    return Some(k);
-                }
+                self.opened(k);
+            } else if b == self.close && self.closed(k) {
+                return Some(k);
             }
         }
         None
+    }
+
+    #[inline]
+    fn opened(&mut self, k: usize) {
+        if self.depth == 1 {
+            self.nested += 1;
+            self.nested_span.0 = self.base + k;
+        }
+        self.depth += 1;
+    }
+
+    /// Whether this close ends the value.
+    #[inline]
+    fn closed(&mut self, k: usize) -> bool {
+        self.depth -= 1;
+        if self.depth == 1 {
+            self.nested_span.1 = self.base + k + 1;
+        }
+        self.depth == 0
     }
 
     /// A 64-byte chunk without backslashes, by its masks.
@@ -464,7 +506,8 @@ impl BracketScan {
         self.in_string = inside >> 63 == 1;
         let opens = m.open & !inside;
         let closes = m.close & !inside;
-        if closes == 0 {
+        // Deep inside the value, opens alone only count (none is directly inside it).
+        if closes == 0 && (self.depth >= 2 || opens == 0) {
             self.depth += opens.count_ones() as usize;
             return None;
         }
@@ -473,12 +516,9 @@ impl BracketScan {
             let k = brackets.trailing_zeros() as usize;
             brackets &= brackets - 1;
             if opens >> k & 1 == 1 {
-                self.depth += 1;
-            } else {
-                self.depth -= 1;
-                if self.depth == 0 {
-                    return Some(k);
-                }
+                self.opened(k);
+            } else if self.closed(k) {
+                return Some(k);
             }
         }
         None
@@ -698,6 +738,48 @@ pub fn scalar_f64(v: &Scalar<'_>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_extent_finds_the_only_nested_object_in_the_same_pass() {
+        let pad = |n: usize| " ".repeat(n);
+        // Strings with brackets and escapes, at every alignment to the 64-byte chunks.
+        for shift in 0..70 {
+            let args = r#"{"a": "}{", "b": [1, {"c": 2}], "d": {"e": "\"}"}, "f": [[1]]}"#;
+            let event = format!(
+                r#"{}{{"name": "x{}", "ts": 1, "args": {args}, "tail": "]}}"}}"#,
+                pad(shift),
+                "y".repeat(shift)
+            );
+            let start = shift;
+            let (end, object) = object_extent(event.as_bytes(), start).expect("complete");
+            assert_eq!(end, event.len(), "shift {shift}");
+            assert_eq!(Some(end), find_value_end(event.as_bytes(), start));
+            let (a, b) = object.expect("one nested object");
+            assert_eq!(&event[a..b], args, "shift {shift}");
+            // With a backslash in the same chunk the scan goes byte by byte.
+            let escaped = event.replacen("x", "\\n", 1);
+            let (_, object) = object_extent(escaped.as_bytes(), start).expect("complete");
+            let (a, b) = object.expect("one nested object");
+            assert_eq!(&escaped[a..b], args, "shift {shift}, escaped");
+        }
+        // None, or more than one, nested object: no span.
+        for text in [
+            r#"{"name": "x", "ts": 1}"#,
+            r#"{"args": {}, "more": {"a": 1}}"#,
+            r#"{"args": {"a": 1}, "list": [{"b": 2}]}"#,
+        ] {
+            let (end, object) = object_extent(text.as_bytes(), 0).expect("complete");
+            assert_eq!(end, text.len());
+            assert_eq!(object, None, "{text}");
+        }
+        // An array member holding the only nested object: its span, which is not an `args`
+        // value (the parser only takes a span that starts where its value does).
+        let text = r#"{"list": [{"b": 2}], "args": 5}"#;
+        let (_, object) = object_extent(text.as_bytes(), 0).expect("complete");
+        assert_eq!(object.map(|(a, b)| &text[a..b]), Some(r#"{"b": 2}"#));
+        assert_eq!(object_extent(b"{\"a\": {", 0), None);
+        assert_eq!(object_extent(b"[1]", 0), None);
+    }
 
     #[test]
     fn converts_decimal_microseconds_exactly() {

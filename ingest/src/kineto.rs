@@ -256,11 +256,15 @@ fn range_name(kind: Kind, name: &str) -> (&str, bool) {
     (name, annotation)
 }
 
+/// Where an event lies in its block: its start and end, and the span of its one member that
+/// is an object (its `args`), if it has exactly one.
+type EventSpan = (usize, usize, Option<(usize, usize)>);
+
 /// A run of whole events: `ranges` index into `bytes`; `offset` is the stream offset of `bytes[0]`.
 struct Block {
     /// The events' text: a `String` when it is UTF-8 (checked once here, not per string).
     bytes: Result<String, Vec<u8>>,
-    ranges: Vec<(usize, usize)>,
+    ranges: Vec<EventSpan>,
     offset: u64,
     first_event: u64,
 }
@@ -448,7 +452,7 @@ fn split_events(
     next_event: &mut u64,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(), TraceError> {
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut ranges: Vec<EventSpan> = Vec::new();
     let mut expect_comma = false;
     loop {
         let b = loop {
@@ -470,8 +474,8 @@ fn split_events(
                 continue;
             }
             Some(b'{') if !expect_comma => {
-                if let Some(end) = json::find_value_end(&s.buf, s.pos) {
-                    ranges.push((s.pos, end));
+                if let Some((end, object)) = json::object_extent(&s.buf, s.pos) {
+                    ranges.push((s.pos, end, object));
                     s.pos = end;
                     expect_comma = true;
                     continue;
@@ -513,10 +517,10 @@ fn split_events(
 fn hand_over(
     s: &mut Stream<impl Read>,
     tx: &mpsc::SyncSender<Block>,
-    ranges: &mut Vec<(usize, usize)>,
+    ranges: &mut Vec<EventSpan>,
     next_event: &mut u64,
 ) {
-    let (Some(&(start, _)), Some(&(_, end))) = (ranges.first(), ranges.last()) else {
+    let (Some(&(start, ..)), Some(&(_, end, _))) = (ranges.first(), ranges.last()) else {
         return;
     };
     let rest = s.buf.len() - s.pos;
@@ -596,13 +600,13 @@ fn parse_block(block: &Block) -> Result<Vec<ParsedPart>, TraceError> {
                 gpu_events: EventColumns::with_capacity(chunk.len() / 4),
                 ..Default::default()
             };
-            for (j, &(a, b)) in chunk.iter().enumerate() {
+            for (j, &(a, b, object)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
                 let event = match &block.bytes {
                     Ok(text) => Cursor::at_text(&text[..b], a),
                     Err(bytes) => Cursor::at(&bytes[..b], a),
                 };
-                parse_event(event, &mut out).map_err(|e| {
+                parse_event(event, object, &mut out).map_err(|e| {
                     TraceError::at_byte(block.offset + e.offset as u64, Some(index), e.message)
                 })?;
             }
@@ -731,7 +735,13 @@ fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
 
 const HOUR_NS: i64 = 3_600_000_000_000;
 
-fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
+/// Parses the event at `event`; `object`: the span of its only member that is an object, if
+/// known (taken as it is when it is the `args`, instead of being scanned for its end again).
+fn parse_event(
+    event: Cursor<'_>,
+    object: Option<(usize, usize)>,
+    out: &mut BlockOut,
+) -> json::Result<()> {
     let mut c = event;
     let mut ph: Option<Cow<str>> = None;
     let mut cat: Option<Cow<str>> = None;
@@ -759,6 +769,11 @@ fn parse_event(event: Cursor<'_>, out: &mut BlockOut) -> json::Result<()> {
             "dur" => {
                 let v = c.value()?;
                 dur = Some(ns_of(&v, "dur", c)?);
+            }
+            "args" if c.peek() == Some(b'{') && object.map(|o| o.0) == Some(c.pos) => {
+                let (start, end) = object.expect("checked");
+                c.pos = end;
+                args = Some((start, end));
             }
             "args" => match c.value()? {
                 Scalar::Compound {
