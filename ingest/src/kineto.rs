@@ -23,7 +23,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;
 use rayon::prelude::*;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
 use std::sync::mpsc;
 
@@ -88,22 +88,47 @@ pub fn parse_into(
     std::thread::scope(|scope| {
         let splitter = scope.spawn(move || split_stream(reader, tx, spare_rx, progress));
         // Parse blocks as they arrive (sub-blocks of one block in parallel) while this thread
-        // keeps the previous block's events: the sink (spilling) overlaps with parsing.
-        let (parsed_tx, parsed_rx) =
-            mpsc::sync_channel::<(u64, Result<Vec<ParsedPart>, TraceError>)>(1);
+        // keeps the previous block's events: the sink (spilling) overlaps with parsing. Two
+        // blocks are parsed at a time, so that a core done with its share of one block starts
+        // on the next instead of waiting for the other cores' shares.
+        let (parsed_tx, parsed_rx) = mpsc::sync_channel::<(u64, ParsedBlock)>(1);
         scope.spawn(move || {
+            let mut in_flight: VecDeque<(u64, mpsc::Receiver<ParsedBlock>)> = VecDeque::new();
             let mut failed = false;
+            let forward = |(offset, done): (u64, mpsc::Receiver<ParsedBlock>)| {
+                let parsed = done.recv().unwrap_or_else(|_| {
+                    Err(TraceError::at_byte(offset, None, "the parser stopped"))
+                });
+                let error = parsed.is_err();
+                parsed_tx.send((offset, parsed)).is_err() || error
+            };
             for block in rx.iter() {
                 if failed {
                     continue; // drain so the splitter can finish
                 }
-                let parsed = parse_block(&block);
-                let error = parsed.is_err();
-                let _ = spare_tx.try_send(match block.bytes {
-                    Ok(text) => text.into_bytes(),
-                    Err(bytes) => bytes,
+                let (done_tx, done_rx) = mpsc::sync_channel(1);
+                let spare = spare_tx.clone();
+                let offset = block.offset;
+                rayon::spawn(move || {
+                    let parsed =
+                        std::panic::catch_unwind(|| parse_block(&block)).unwrap_or_else(|_| {
+                            Err(TraceError::at_byte(offset, None, "the parser panicked"))
+                        });
+                    let _ = spare.try_send(match block.bytes {
+                        Ok(text) => text.into_bytes(),
+                        Err(bytes) => bytes,
+                    });
+                    let _ = done_tx.send(parsed);
                 });
-                failed = parsed_tx.send((block.offset, parsed)).is_err() || error;
+                in_flight.push_back((offset, done_rx));
+                if in_flight.len() > 1 {
+                    failed = forward(in_flight.pop_front().expect("two in flight"));
+                }
+            }
+            while let Some(next) = in_flight.pop_front() {
+                if !failed {
+                    failed = forward(next);
+                }
             }
         });
         for (offset, parsed) in parsed_rx {
@@ -587,7 +612,10 @@ impl From<BlockOut> for ParsedPart {
     }
 }
 
-fn parse_block(block: &Block) -> Result<Vec<ParsedPart>, TraceError> {
+/// A block's parts, in order, or its first error.
+type ParsedBlock = Result<Vec<ParsedPart>, TraceError>;
+
+fn parse_block(block: &Block) -> ParsedBlock {
     let parts = rayon::current_num_threads().max(1) * 2;
     let per = block.ranges.len().div_ceil(parts).max(256);
     block

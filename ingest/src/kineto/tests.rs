@@ -343,3 +343,50 @@ fn blocks_split_anywhere_give_the_same_result() {
         20_000 * 1500
     );
 }
+
+#[test]
+fn blocks_parsed_side_by_side_keep_file_order_and_report_the_failing_event() {
+    // Over 16 MB: several read blocks, parsed two at a time.
+    let event = |i: usize, ts: &str| {
+        format!(
+            "{{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"op{}\", \"pid\": 1, \"tid\": 1, \"ts\": {ts}, \"dur\": 1, \"args\": {{\"External id\": {i}, \"pad\": \"{}\"}}}}",
+            i % 5,
+            "x".repeat(100)
+        )
+    };
+    let events = 150_000;
+    let mut text = String::from("{\"traceEvents\": [\n");
+    for i in 0..events {
+        if i > 0 {
+            text.push_str(",\n");
+        }
+        text.push_str(&event(i, &format!("{}", 1000 + i)));
+    }
+    text.push_str("]}");
+    assert!(text.len() > 2 * (16 << 20), "{} bytes", text.len());
+    let t = parse(text.as_bytes(), &|_| {}).unwrap();
+    assert_eq!(t.events, events as u64);
+    // Rows in file order: ts rises along the batches as the events did.
+    let ts: Vec<i64> = t
+        .batches
+        .iter()
+        .flat_map(|b| ints(b, "ts"))
+        .map(|v| v.unwrap())
+        .collect();
+    assert_eq!(ts.len(), events);
+    assert!(ts.windows(2).all(|w| w[1] == w[0] + 1000), "out of order");
+
+    // A bad event in a later block: its index and a position inside it.
+    let bad = 140_000;
+    let good = event(bad, &format!("{}", 1000 + bad));
+    let start = text.find(&good).unwrap();
+    let text = text.replacen(&good, &event(bad, "\"later\""), 1);
+    let e = parse(text.as_bytes(), &|_| {}).unwrap_err();
+    assert_eq!(e.event(), Some(bad as u64), "{e}");
+    let offset = e.offset().unwrap() as usize;
+    assert!(
+        offset >= start && offset < start + good.len() + 4,
+        "{e}: event at {start}"
+    );
+    assert!(e.message.contains("\"ts\""), "{e}");
+}
