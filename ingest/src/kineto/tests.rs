@@ -390,3 +390,44 @@ fn blocks_parsed_side_by_side_keep_file_order_and_report_the_failing_event() {
     );
     assert!(e.message.contains("\"ts\""), "{e}");
 }
+
+/// Each fixture cut at every byte, and with one byte replaced at every position (by a
+/// bracket, quote, backslash, digit, invalid UTF-8, ...): every one parses or fails without a
+/// panic (the block parser would turn a panic into an error, so its message is checked too),
+/// an error names a position inside the text, and every cut before the closing brace fails.
+#[test]
+fn every_truncation_and_corrupted_byte_is_an_error_not_a_panic() {
+    const SUBSTITUTES: &[u8] = b"\"{}[],:\\\xff9e-. x\n";
+    let check = |bytes: &[u8], case: &dyn Fn() -> String| -> Option<TraceError> {
+        let outcome = std::panic::catch_unwind(|| parse(bytes, &|_| {}))
+            .unwrap_or_else(|_| panic!("panicked on {}", case()));
+        let e = outcome.err()?;
+        assert!(!e.message.contains("panicked"), "{}: {e}", case());
+        if let Some(offset) = e.offset() {
+            assert!(offset <= bytes.len() as u64, "{}: {e}", case());
+        }
+        Some(e)
+    };
+    let mut errors = 0;
+    for (name, fixture) in [("MODERN", MODERN), ("LEGACY", LEGACY), ("ROCM", ROCM)] {
+        let text = fixture.as_bytes();
+        let closing = fixture.rfind('}').unwrap();
+        for cut in 0..=closing {
+            let e = check(&text[..cut], &|| format!("{name} cut at {cut}"));
+            assert!(e.is_some(), "{name} cut at {cut} parsed as a whole trace");
+        }
+        for (i, &original) in text.iter().enumerate() {
+            let substitute = SUBSTITUTES[i % SUBSTITUTES.len()];
+            if substitute == original {
+                continue;
+            }
+            let mut corrupted = text.to_vec();
+            corrupted[i] = substitute;
+            let case = || format!("{name} with byte {i} set to {:?}", substitute as char);
+            errors += check(&corrupted, &case).is_some() as usize;
+        }
+    }
+    // Most single-byte changes break the JSON; some (a digit in a number, a letter in a
+    // name) leave a valid trace.
+    assert!(errors > 1000, "only {errors} corrupted traces failed");
+}
