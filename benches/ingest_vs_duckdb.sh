@@ -8,6 +8,8 @@
 #   BIG_BYTES     size of the main trace            (default 1080000000)
 #   HUGE_BYTES    size of the peak-RSS trace        (default 6000000000; 0 skips)
 #   NRUNS         runs in the point-query store     (default 100)
+#   PAIRS         side-by-side gpuq/DuckDB pairs on the main trace (default 3): DuckDB's
+#                 time on one machine varies by 2x from run to run, so one pair says little
 #   RUN_BYTES     size of each of those runs        (default 20000000)
 #   SKIP_DUCKDB   1 skips the DuckDB side
 #   KEEP          1 keeps the big files at the end
@@ -25,6 +27,7 @@ GPUQ=${GPUQ:-$HOME/.cache/gpuq/target/release/gpuq}
 BIG_BYTES=${BIG_BYTES:-1080000000}
 HUGE_BYTES=${HUGE_BYTES:-6000000000}
 NRUNS=${NRUNS:-100}
+PAIRS=${PAIRS:-3}
 RUN_BYTES=${RUN_BYTES:-20000000}
 SKIP_DUCKDB=${SKIP_DUCKDB:-0}
 KEEP=${KEEP:-0}
@@ -134,6 +137,30 @@ else
   timed duckdb_cols python3 "$DUCK_PY" "$BIG" cols "$WORK/duck_cols.csv"
   sync
   timed duckdb_auto python3 "$DUCK_PY" "$BIG" auto "$WORK/duck_auto.csv"
+fi
+
+# ---------------------------------------------------------------- 3b. more pairs
+# The first pair is steps 2 and 3; each further pair runs gpuq (into a scratch store) and then
+# DuckDB's fast form, one right after the other.
+say "3b. side-by-side pairs: $PAIRS"
+PAIR_LINES=()
+pair_line() {  # pair_line N GPUQ_NAME DUCK_NAME
+  local g=${R[$2.wall]:-} d=${R[$3.wall]:-}
+  [[ -n $g && -n $d && ${R[$2.rc]} == 0 && ${R[$3.rc]} == 0 ]] || return 0
+  PAIR_LINES+=("$(printf 'pair %-3s gpuq %6.2f s   duckdb %6.2f s   ratio %5.2fx' "$1" "$g" "$d" "$(calc "$d/$g")")")
+  R[pair_ratios]+="$(calc "round($d/$g,2)") "
+}
+if [[ $SKIP_DUCKDB != 1 ]]; then
+  pair_line 1 gpuq_ingest duckdb_cols
+  for ((p = 2; p <= PAIRS; p++)); do
+    rm -rf "$WORK/store-pair"; sync
+    timed gpuq_ingest_$p "$GPUQ" --store "$WORK/store-pair" ingest "$BIG" --run bench -q
+    sync
+    timed duckdb_cols_$p python3 "$DUCK_PY" "$BIG" cols "$WORK/duck_cols_$p.csv"
+    pair_line "$p" gpuq_ingest_$p duckdb_cols_$p
+  done
+  rm -rf "$WORK/store-pair"
+  printf '%s\n' "${PAIR_LINES[@]}"
 fi
 
 # ---------------------------------------------------------------- 4. agreement
@@ -266,6 +293,12 @@ if [[ -n ${R[gpuq_huge.wall]:-} ]]; then
 else
   printf '%-44s %12s\n' "gpuq ingest ${HUGE_BYTES}-byte JSON" "$(v huge)"
 fi
+if ((${#PAIR_LINES[@]})); then
+  echo
+  echo "gpuq ingest vs duckdb columns= kernel-sum, side by side:"
+  printf '  %s\n' "${PAIR_LINES[@]}"
+  echo "  ratio median $(python3 -c "import statistics,sys; print(statistics.median(map(float, sys.argv[1:])))" ${R[pair_ratios]})x, lowest $(python3 -c "import sys; print(min(map(float, sys.argv[1:])))" ${R[pair_ratios]})x"
+fi
 echo
 echo "agreement gpuq vs duckdb (columns=): $(v agree_cols)   (auto): $(v agree_auto)"
 echo "size: json $BIG_SIZE B | gpuq events/ $(v store_bytes) B | gzip -6 $(v gzip_bytes) B"
@@ -284,6 +317,6 @@ fi
 
 # ---------------------------------------------------------------- cleanup
 if [[ $KEEP != 1 ]]; then
-  rm -rf "$BIG" "$STORE" "$MANY" "$WORK"/r*.json "$WORK/store-huge" "$WORK/trace-huge.json"
+  rm -rf "$BIG" "$STORE" "$MANY" "$WORK"/r*.json "$WORK/store-huge" "$WORK/trace-huge.json" "$WORK"/duck_cols_*.csv
 fi
 ((${#ERRORS[@]} == 0))
