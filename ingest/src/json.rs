@@ -383,9 +383,10 @@ fn printable(b: u8) -> char {
 /// Offset one past the end of the object or array starting at `start`, or `None` if the buffer
 /// ends first. Strings are skipped with their escapes.
 ///
-/// 64 bytes at a time: bit masks of quotes and brackets (SSE2 on x86-64), the inside of strings
-/// as the running XOR of the quote mask, so that only brackets outside strings are visited. A
-/// chunk with a backslash (rare in traces), or after one, goes byte by byte.
+/// 64 bytes at a time: bit masks of quotes and brackets (on x86-64 with AVX2 where the CPU has
+/// it, else SSE2), the inside of strings as the running XOR of the quote mask (a carry-less
+/// multiplication with AVX2), so that only brackets outside strings are visited. A chunk with
+/// a backslash (rare in traces), or after one, goes byte by byte.
 pub fn find_value_end(buf: &[u8], start: usize) -> Option<usize> {
     scan_value(buf, start).map(|(end, _)| end)
 }
@@ -401,6 +402,24 @@ pub fn object_extent(buf: &[u8], start: usize) -> Option<(usize, Option<(usize, 
 }
 
 fn scan_value(buf: &[u8], start: usize) -> Option<(usize, BracketScan)> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("pclmulqdq") {
+        // SAFETY: both features were just detected.
+        return unsafe { scan_value_avx2(buf, start) };
+    }
+    scan_value_with::<Baseline>(buf, start)
+}
+
+/// [`scan_value`] compiled for AVX2 and carry-less multiplication, which the chunk masks
+/// and the running XOR of quotes then use.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,pclmulqdq")]
+unsafe fn scan_value_avx2(buf: &[u8], start: usize) -> Option<(usize, BracketScan)> {
+    scan_value_with::<Avx2>(buf, start)
+}
+
+#[inline(always)]
+fn scan_value_with<S: ChunkScan>(buf: &[u8], start: usize) -> Option<(usize, BracketScan)> {
     // Only the opening kind's brackets need counting: the other kind balances inside, and
     // strings (which may hold any bracket) are skipped whole.
     let (open, close) = match buf.get(start)? {
@@ -421,12 +440,14 @@ fn scan_value(buf: &[u8], start: usize) -> Option<(usize, BracketScan)> {
     let mut i = start;
     while i + 64 <= buf.len() {
         let chunk: &[u8; 64] = buf[i..i + 64].try_into().expect("64 bytes");
-        let m = ChunkMasks::of(chunk, open, close);
+        // SAFETY: `scan_value` picks an `S` whose CPU features it has detected.
+        let m = unsafe { S::masks(chunk, open, close) };
         scan.base = i;
         let found = if m.backslash != 0 || scan.escaped {
             scan.bytes(chunk)
         } else {
-            scan.masks(&m)
+            // SAFETY: as above.
+            scan.masks(&m, unsafe { S::prefix_xor(m.quote) })
         };
         if let Some(k) = found {
             return Some((i + k + 1, scan));
@@ -496,10 +517,10 @@ impl BracketScan {
         self.depth == 0
     }
 
-    /// A 64-byte chunk without backslashes, by its masks.
-    fn masks(&mut self, m: &ChunkMasks) -> Option<usize> {
-        // Bit k of `inside`: within a string after byte k (a quote toggles).
-        let mut inside = prefix_xor(m.quote);
+    /// A 64-byte chunk without backslashes, by its masks; bit k of `inside`: the chunk is
+    /// within a string after byte k if it did not start within one (a quote toggles).
+    #[inline(always)]
+    fn masks(&mut self, m: &ChunkMasks, mut inside: u64) -> Option<usize> {
         if self.in_string {
             inside = !inside;
         }
@@ -532,6 +553,68 @@ struct ChunkMasks {
     backslash: u64,
     open: u64,
     close: u64,
+}
+
+/// How [`scan_value`] computes a chunk's masks and the running XOR of its quotes: with the
+/// instructions every CPU of the target has ([`Baseline`]), or with AVX2 and carry-less
+/// multiplication ([`Avx2`]).
+trait ChunkScan {
+    /// # Safety
+    /// The CPU has the implementation's features.
+    unsafe fn masks(chunk: &[u8; 64], open: u8, close: u8) -> ChunkMasks;
+    /// Bit k of the result: the XOR of bits 0..=k of `x`.
+    /// # Safety
+    /// As for [`ChunkScan::masks`].
+    unsafe fn prefix_xor(x: u64) -> u64;
+}
+
+struct Baseline;
+
+impl ChunkScan for Baseline {
+    #[inline(always)]
+    unsafe fn masks(chunk: &[u8; 64], open: u8, close: u8) -> ChunkMasks {
+        ChunkMasks::of(chunk, open, close)
+    }
+
+    #[inline(always)]
+    unsafe fn prefix_xor(x: u64) -> u64 {
+        prefix_xor(x)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl ChunkScan for Avx2 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn masks(chunk: &[u8; 64], open: u8, close: u8) -> ChunkMasks {
+        use std::arch::x86_64::*;
+        let lo = _mm256_loadu_si256(chunk.as_ptr() as *const __m256i);
+        let hi = _mm256_loadu_si256(chunk.as_ptr().add(32) as *const __m256i);
+        let mask = |b: u8| -> u64 {
+            let b = _mm256_set1_epi8(b as i8);
+            let lo = _mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, b)) as u32 as u64;
+            let hi = _mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, b)) as u32 as u64;
+            lo | hi << 32
+        };
+        ChunkMasks {
+            quote: mask(b'"'),
+            backslash: mask(b'\\'),
+            open: mask(open),
+            close: mask(close),
+        }
+    }
+
+    /// One carry-less multiplication by all ones.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    unsafe fn prefix_xor(x: u64) -> u64 {
+        use std::arch::x86_64::*;
+        let product = _mm_clmulepi64_si128(_mm_set_epi64x(0, x as i64), _mm_set1_epi8(-1), 0);
+        _mm_cvtsi128_si64(product) as u64
+    }
 }
 
 impl ChunkMasks {
@@ -779,6 +862,63 @@ mod tests {
         assert_eq!(object.map(|(a, b)| &text[a..b]), Some(r#"{"b": 2}"#));
         assert_eq!(object_extent(b"{\"a\": {", 0), None);
         assert_eq!(object_extent(b"[1]", 0), None);
+    }
+
+    /// The AVX2 scan (taken on CPUs that have it) and the baseline one agree on every chunk,
+    /// and on where values of random brackets, quotes and escapes end.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_avx2_and_baseline_scans_agree() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("pclmulqdq")) {
+            eprintln!("skipped: this CPU has no AVX2 or no carry-less multiplication");
+            return;
+        }
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        const ALPHABET: &[u8] = b"{}[]\"\\ a:,{}\"";
+        let mut hits = 0;
+        for round in 0..20_000 {
+            let len = 1 + (next() % 300) as usize;
+            let mut text: Vec<u8> = (0..len)
+                .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize])
+                .collect();
+            text[0] = if round % 2 == 0 { b'{' } else { b'[' };
+            let chunk: &[u8; 64] = &[&text[..], &[b' '; 64][..]].concat()[..64]
+                .try_into()
+                .unwrap();
+            let x = next();
+            // SAFETY: the features were detected above.
+            unsafe {
+                let (a, b) = (
+                    Baseline::masks(chunk, b'{', b'}'),
+                    Avx2::masks(chunk, b'{', b'}'),
+                );
+                assert_eq!(
+                    (a.quote, a.backslash, a.open, a.close),
+                    (b.quote, b.backslash, b.open, b.close)
+                );
+                assert_eq!(Baseline::prefix_xor(x), Avx2::prefix_xor(x), "{x:#x}");
+            }
+            let baseline = scan_value_with::<Baseline>(&text, 0);
+            // SAFETY: as above.
+            let avx2 = unsafe { scan_value_avx2(&text, 0) };
+            let summary =
+                |r: Option<(usize, BracketScan)>| r.map(|(end, s)| (end, s.nested, s.nested_span));
+            hits += baseline.is_some() as usize;
+            assert_eq!(
+                summary(baseline),
+                summary(avx2),
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+        // Random text rarely closes its first bracket, but some of it must.
+        assert!(hits > 100, "only {hits} values ended");
     }
 
     #[test]
