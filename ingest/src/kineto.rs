@@ -560,7 +560,7 @@ fn hand_over(
     // never parsed; blank it so that it cannot make the block fail the UTF-8 check.
     bytes[..start].fill(b' ');
     let block = Block {
-        bytes: String::from_utf8(bytes).map_err(|e| e.into_bytes()),
+        bytes: utf8_string(bytes),
         ranges: std::mem::take(ranges),
         offset: s.base,
         first_event: *next_event,
@@ -570,6 +570,16 @@ fn hand_over(
     s.pos = 0;
     // The receiver only goes away after an error, which is reported there.
     let _ = tx.send(block);
+}
+
+/// `bytes` as a `String` when they are UTF-8, checked with SIMD where the CPU has it (several
+/// times faster than `String::from_utf8` over a whole block).
+fn utf8_string(bytes: Vec<u8>) -> Result<String, Vec<u8>> {
+    if simdutf8::basic::from_utf8(&bytes).is_err() {
+        return Err(bytes);
+    }
+    // SAFETY: just checked.
+    Ok(unsafe { String::from_utf8_unchecked(bytes) })
 }
 
 /// What one parse task produces.
