@@ -864,6 +864,17 @@ mod tests {
         assert_eq!(object_extent(b"[1]", 0), None);
     }
 
+    /// A fixed pseudo-random sequence (xorshift64) for generated inputs.
+    fn xorshift() -> impl FnMut() -> u64 {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// The AVX2 scan (taken on CPUs that have it) and the baseline one agree on every chunk,
     /// and on where values of random brackets, quotes and escapes end.
     #[test]
@@ -873,13 +884,7 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX2 or no carry-less multiplication");
             return;
         }
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift();
         const ALPHABET: &[u8] = b"{}[]\"\\ a:,{}\"";
         let mut hits = 0;
         for round in 0..20_000 {
@@ -1077,13 +1082,7 @@ mod tests {
         // Random JSON-like texts: nested objects and arrays, strings holding brackets, quotes
         // and backslash escapes, long plain runs; every bracket position as a start, and
         // every text cut short too.
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift();
         let pieces: [&[u8]; 14] = [
             b"{",
             b"}",
