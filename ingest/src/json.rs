@@ -172,19 +172,17 @@ impl<'a> Cursor<'a> {
                     None => String::from_utf8_lossy(&self.buf[start..start + rel]),
                 })
             }
-            _ => self.escaped_string(start),
+            Some(rel) => self.escaped_string(start, rel),
+            None => self.error("unterminated string"),
         }
     }
 
-    /// The rest of [`Cursor::string`] from `start` (after the quote), for a string with
-    /// escapes (or none of its end).
+    /// The rest of [`Cursor::string`] from `start` (after the quote), for a string whose
+    /// first backslash is at `start + rel`.
     #[cold]
     #[inline(never)]
-    fn escaped_string(&mut self, start: usize) -> Result<Cow<'a, str>> {
+    fn escaped_string(&mut self, start: usize, rel: usize) -> Result<Cow<'a, str>> {
         let rest = &self.buf[start..];
-        let Some(rel) = quote_or_backslash(rest) else {
-            return self.error("unterminated string");
-        };
         let mut out: Vec<u8> = rest[..rel].to_vec();
         self.pos = start + rel;
         loop {
