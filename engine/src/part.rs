@@ -6,7 +6,7 @@ use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch,
 };
 use datafusion::arrow::compute::{self, SortColumn, SortOptions};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Int32Type};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
 use datafusion::parquet::file::metadata::SortingColumn;
@@ -161,10 +161,12 @@ fn sort_order(keys: &[SortColumn]) -> Result<datafusion::arrow::array::UInt32Arr
     ))
 }
 
-/// An integer sort key column, read without copying.
+/// A sort key column as integers: integer columns read without copying, a text column
+/// (a counter's `name`) as the rank of each row's text among the column's texts.
 enum IntKey<'a> {
     I32(&'a Int32Array),
     I64(&'a Int64Array),
+    TextRank(Vec<Option<i64>>),
 }
 
 impl<'a> IntKey<'a> {
@@ -172,6 +174,34 @@ impl<'a> IntKey<'a> {
         match values.data_type() {
             DataType::Int32 => Some(IntKey::I32(values.as_any().downcast_ref()?)),
             DataType::Int64 => Some(IntKey::I64(values.as_any().downcast_ref()?)),
+            DataType::Dictionary(key, value)
+                if **key == DataType::Int32 && **value == DataType::Utf8 =>
+            {
+                let dict = values.as_dictionary::<Int32Type>();
+                let texts = dict.values().as_string::<i32>();
+                // Rank of each dictionary value by its text (equal texts, equal ranks).
+                let mut by_text: Vec<u32> = (0..texts.len() as u32).collect();
+                by_text.sort_unstable_by_key(|&v| {
+                    texts.is_valid(v as usize).then(|| texts.value(v as usize))
+                });
+                let mut rank_of = vec![0i64; texts.len()];
+                let mut rank = 0;
+                for (n, pair) in by_text.iter().enumerate() {
+                    if n > 0 && texts.value(by_text[n - 1] as usize) != texts.value(*pair as usize)
+                    {
+                        rank += 1;
+                    }
+                    rank_of[*pair as usize] = rank;
+                }
+                Some(IntKey::TextRank(
+                    (0..dict.len())
+                        .map(|i| {
+                            let key = dict.key(i)?;
+                            texts.is_valid(key).then(|| rank_of[key])
+                        })
+                        .collect(),
+                ))
+            }
             _ => None,
         }
     }
@@ -180,6 +210,7 @@ impl<'a> IntKey<'a> {
         match self {
             IntKey::I32(a) => a.len(),
             IntKey::I64(a) => a.len(),
+            IntKey::TextRank(r) => r.len(),
         }
     }
 
@@ -188,6 +219,7 @@ impl<'a> IntKey<'a> {
         match self {
             IntKey::I32(a) => a.is_valid(i).then(|| i64::from(a.value(i))),
             IntKey::I64(a) => a.is_valid(i).then(|| a.value(i)),
+            IntKey::TextRank(r) => r[i],
         }
     }
 }
@@ -416,8 +448,7 @@ pub fn read_parquet(table: TableKind, path: &Path) -> Result<Vec<RecordBatch>> {
 mod tests {
     use super::*;
     use datafusion::arrow::array::Float64Array;
-    use datafusion::arrow::array::{StringArray, StringDictionaryBuilder};
-    use datafusion::arrow::datatypes::Int32Type;
+    use datafusion::arrow::array::{DictionaryArray, StringArray, StringDictionaryBuilder};
     use std::sync::Arc;
 
     /// Parts written before `op` and `scope` became dictionaries hold the same Parquet
@@ -587,6 +618,16 @@ mod tests {
 
     #[test]
     fn integer_key_sort_matches_the_generic_lexsort() {
+        integer_key_sort_matches_the_generic_lexsort_with(false);
+    }
+
+    #[test]
+    fn text_key_sort_matches_the_generic_lexsort() {
+        // The counters' third key is a dictionary of names, with repeated and null values.
+        integer_key_sort_matches_the_generic_lexsort_with(true);
+    }
+
+    fn integer_key_sort_matches_the_generic_lexsort_with(text_key: bool) {
         let mut x: u64 = 7;
         let mut next = |m: u64| {
             x = x
@@ -607,6 +648,13 @@ mod tests {
                 }
             })
             .collect();
+        let c: ArrayRef = if text_key {
+            let keys: Int32Array = c.iter().map(|k| k.map(|k| k as i32)).collect();
+            let texts = StringArray::from(vec![Some("b"), Some("a"), Some("b"), Some("")]);
+            Arc::new(DictionaryArray::<Int32Type>::try_new(keys, Arc::new(texts)).unwrap())
+        } else {
+            Arc::new(c)
+        };
         // The last key with nulls and the extremes of i64 too (packed with a sign flip).
         let d: Int64Array = (0..n)
             .map(|_| match next(60) {
@@ -620,26 +668,26 @@ mod tests {
             descending: false,
             nulls_first: true,
         });
-        let keys: Vec<SortColumn> = [
-            Arc::new(a) as ArrayRef,
-            Arc::new(b),
-            Arc::new(c),
-            Arc::new(d),
-        ]
-        .into_iter()
-        .map(|values| SortColumn {
-            values,
-            options: opts,
-        })
-        .collect();
+        let keys: Vec<SortColumn> = [Arc::new(a) as ArrayRef, Arc::new(b), c, Arc::new(d)]
+            .into_iter()
+            .map(|values| SortColumn {
+                values,
+                options: opts,
+            })
+            .collect();
+        // The fast path takes every key, the text one too.
+        assert!(keys.iter().all(|k| IntKey::of(&k.values).is_some()));
         let fast = sort_order(&keys).unwrap();
         let generic = compute::lexsort_to_indices(&keys, None).unwrap();
         // Same key sequence (ties may be ordered differently by the generic sort).
         let key_at = |i: u32| -> Vec<String> {
             keys.iter()
-                .map(|k| {
-                    datafusion::arrow::util::display::array_value_to_string(&k.values, i as usize)
-                        .unwrap()
+                .map(|k| match k.values.is_null(i as usize) {
+                    true => "<null>".to_string(),
+                    false => datafusion::arrow::util::display::array_value_to_string(
+                        &k.values, i as usize,
+                    )
+                    .unwrap(),
                 })
                 .collect()
         };

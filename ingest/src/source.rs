@@ -116,7 +116,7 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
     }))
 }
 
-fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {
