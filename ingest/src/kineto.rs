@@ -649,15 +649,15 @@ fn parse_block(block: &Block) -> ParsedBlock {
         .par_chunks(per)
         .enumerate()
         .map(|(i, chunk)| {
-            // The events' text bounds the bytes of their `args`; room never touched costs
-            // address space, not memory.
-            let text_bytes = match (chunk.first(), chunk.last()) {
-                (Some(first), Some(last)) => last.1 - first.0,
-                _ => 0,
-            };
+            // The splitter found each event's `args` object: their bytes are about what the
+            // `args` column will hold (of host or GPU events, which the split does not know).
+            let args_bytes = chunk
+                .iter()
+                .filter_map(|&(_, _, args)| args.map(|(a, b)| b - a))
+                .sum();
             let mut out = BlockOut {
-                host_events: EventColumns::with_room(chunk.len(), text_bytes),
-                gpu_events: EventColumns::with_room(chunk.len() / 4, text_bytes),
+                host_events: EventColumns::with_room(chunk.len(), args_bytes),
+                gpu_events: EventColumns::with_room(chunk.len() / 4, args_bytes),
                 ..Default::default()
             };
             for (j, &(a, b, object)) in chunk.iter().enumerate() {
