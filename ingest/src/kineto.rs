@@ -34,6 +34,8 @@ use std::sync::mpsc;
 /// (batches of ~3 K events) took 8 % longer to ingest than blocks of 16 MB; larger ones gain
 /// nothing more.
 const READ_BYTES: usize = 16 << 20;
+/// Bytes of the first read.
+const FIRST_READ_BYTES: usize = 64 << 10;
 /// Spare read buffers returned by the parser for reuse (no fresh pages to fault in).
 const SPARE_BUFFERS: usize = 3;
 
@@ -114,10 +116,7 @@ pub fn parse_into(
                         std::panic::catch_unwind(|| parse_block(&block)).unwrap_or_else(|_| {
                             Err(TraceError::at_byte(offset, None, "the parser panicked"))
                         });
-                    let _ = spare.try_send(match block.bytes {
-                        Ok(text) => text.into_bytes(),
-                        Err(bytes) => bytes,
-                    });
+                    let _ = spare.try_send(block.bytes);
                     let _ = done_tx.send(parsed);
                 });
                 in_flight.push_back((offset, done_rx));
@@ -285,10 +284,12 @@ fn range_name(kind: Kind, name: &str) -> (&str, bool) {
 /// is an object (its `args`), if it has exactly one.
 type EventSpan = (usize, usize, Option<(usize, usize)>);
 
-/// A run of whole events: `ranges` index into `bytes`; `offset` is the stream offset of `bytes[0]`.
+/// A run of whole events: `ranges` index into `bytes`; `offset` is the stream offset of
+/// `bytes[0]`.
 struct Block {
-    /// The events' text: a `String` when it is UTF-8 (checked once here, not per string).
-    bytes: Result<String, Vec<u8>>,
+    /// A whole read buffer, of which only the events' `ranges` mean anything. It goes back to
+    /// the reader as it is, its every byte initialized room for the next reads.
+    bytes: Vec<u8>,
     ranges: Vec<EventSpan>,
     offset: u64,
     first_event: u64,
@@ -302,6 +303,9 @@ struct Stream<R> {
     /// zeroed every spare capacity it read into (2 % of an ingest's CPU).
     storage: Vec<u8>,
     end: usize,
+    /// Bytes the next read asks for: from [`FIRST_READ_BYTES`], doubling up to [`READ_BYTES`],
+    /// so that a small trace is not read into (nor made to zero) buffers of 16 MB.
+    read_size: usize,
     /// Buffers the parser is done with.
     spare: mpsc::Receiver<Vec<u8>>,
     pos: usize,
@@ -331,18 +335,18 @@ impl<R: Read> Stream<R> {
             self.base += keep_from as u64;
             self.pos -= keep_from;
         }
-        if self.storage.len() < self.end + READ_BYTES {
-            self.storage.resize(self.end + READ_BYTES, 0);
+        let size = self.read_size;
+        self.read_size = (size * 2).min(READ_BYTES);
+        if self.storage.len() < self.end + size {
+            self.storage.resize(self.end + size, 0);
         }
-        let n = match crate::source::read_up_to(
-            &mut self.r,
-            &mut self.storage[self.end..][..READ_BYTES],
-        ) {
+        let n = match crate::source::read_up_to(&mut self.r, &mut self.storage[self.end..][..size])
+        {
             Ok(n) => n,
             Err(e) => return Err(self.err(format!("read error: {e}"))),
         };
         self.end += n;
-        if n < READ_BYTES {
+        if n < size {
             self.eof = true;
         }
         self.read_total += n as u64;
@@ -412,6 +416,7 @@ fn split_stream(
         r: reader,
         storage: Vec::new(),
         end: 0,
+        read_size: FIRST_READ_BYTES,
         spare,
         pos: 0,
         base: 0,
@@ -559,24 +564,20 @@ fn hand_over(
     ranges: &mut Vec<EventSpan>,
     next_event: &mut u64,
 ) {
-    let (Some(&(start, ..)), Some(&(_, end, _))) = (ranges.first(), ranges.last()) else {
+    if ranges.is_empty() {
         return;
-    };
+    }
     let rest = s.end - s.pos;
     // A spare buffer keeps its length: its bytes are initialized room for reading.
     let mut next = s.spare.try_recv().unwrap_or_default();
-    if next.len() < rest + READ_BYTES {
-        next.resize(rest + READ_BYTES, 0);
+    if next.len() < rest + s.read_size {
+        next.resize(rest + s.read_size, 0);
     }
     next[..rest].copy_from_slice(&s.storage[s.pos..s.end]);
-    let mut bytes = std::mem::replace(&mut s.storage, next);
-    bytes.truncate(end);
+    let bytes = std::mem::replace(&mut s.storage, next);
     s.end = rest;
-    // What precedes the first event (a comma, or the top-level keys before `traceEvents`) is
-    // never parsed; blank it so that it cannot make the block fail the UTF-8 check.
-    bytes[..start].fill(b' ');
     let block = Block {
-        bytes: utf8_string(bytes),
+        bytes,
         ranges: std::mem::take(ranges),
         offset: s.base,
         first_event: *next_event,
@@ -586,16 +587,6 @@ fn hand_over(
     s.pos = 0;
     // The receiver only goes away after an error, which is reported there.
     let _ = tx.send(block);
-}
-
-/// `bytes` as a `String` when they are UTF-8, checked with SIMD where the CPU has it (several
-/// times faster than `String::from_utf8` over a whole block).
-fn utf8_string(bytes: Vec<u8>) -> Result<String, Vec<u8>> {
-    if simdutf8::basic::from_utf8(&bytes).is_err() {
-        return Err(bytes);
-    }
-    // SAFETY: just checked.
-    Ok(unsafe { String::from_utf8_unchecked(bytes) })
 }
 
 /// What one parse task produces.
@@ -660,14 +651,22 @@ fn parse_block(block: &Block) -> ParsedBlock {
                 gpu_events: EventColumns::with_room(chunk.len() / 4, args_bytes),
                 ..Default::default()
             };
+            // The chunk's text, checked to be UTF-8 once here (with SIMD where the CPU has it)
+            // rather than string by string. Positions below are relative to its start.
+            let start = chunk.first().map_or(0, |e| e.0);
+            let bytes = &block.bytes[start..chunk.last().map_or(0, |e| e.1)];
+            let text = simdutf8::basic::from_utf8(bytes).ok();
+            let object_at = |(a, b): (usize, usize)| (a - start, b - start);
             for (j, &(a, b, object)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
-                let event = match &block.bytes {
-                    Ok(text) => Cursor::at_text(&text[..b], a),
-                    Err(bytes) => Cursor::at(&bytes[..b], a),
+                let (a, b) = object_at((a, b));
+                let event = match text {
+                    Some(text) => Cursor::at_text(&text[..b], a),
+                    None => Cursor::at(&bytes[..b], a),
                 };
-                parse_event(event, object, &mut out).map_err(|e| {
-                    TraceError::at_byte(block.offset + e.offset as u64, Some(index), e.message)
+                let offset = block.offset + start as u64;
+                parse_event(event, object.map(object_at), &mut out).map_err(|e| {
+                    TraceError::at_byte(offset + e.offset as u64, Some(index), e.message)
                 })?;
             }
             Ok(ParsedPart::from(out))
