@@ -656,16 +656,16 @@ fn parse_block(block: &Block) -> ParsedBlock {
             let start = chunk.first().map_or(0, |e| e.0);
             let bytes = &block.bytes[start..chunk.last().map_or(0, |e| e.1)];
             let text = simdutf8::basic::from_utf8(bytes).ok();
-            let object_at = |(a, b): (usize, usize)| (a - start, b - start);
+            let offset = block.offset + start as u64;
+            let relative = |(a, b): (usize, usize)| (a - start, b - start);
             for (j, &(a, b, object)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
-                let (a, b) = object_at((a, b));
+                let (a, b) = relative((a, b));
                 let event = match text {
                     Some(text) => Cursor::at_text(&text[..b], a),
                     None => Cursor::at(&bytes[..b], a),
                 };
-                let offset = block.offset + start as u64;
-                parse_event(event, object.map(object_at), &mut out).map_err(|e| {
+                parse_event(event, object.map(relative), &mut out).map_err(|e| {
                     TraceError::at_byte(offset + e.offset as u64, Some(index), e.message)
                 })?;
             }
