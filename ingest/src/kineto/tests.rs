@@ -294,6 +294,44 @@ fn reports_bad_input_with_position() {
 }
 
 #[test]
+fn events_of_skipped_phases_are_not_decoded() {
+    // Flows and metadata written "ph" first are passed over: they add no rows.
+    let flows = r###"{"traceEvents": [
+        {"ph": "s", "id": 1, "pid": 10, "tid": 11, "ts": 1.5, "cat": "ac2g", "name": "ac2g"},
+        {"ph":"f", "id": 1, "pid": 0, "tid": 7, "ts": 2, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {"ph" : "t", "id": 1, "ts": 3},
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}"###;
+    assert!(of_skipped_phase(br#"{"ph":"s", "id": 1}"#));
+    assert!(!of_skipped_phase(br#"{"ph": "X", "id": 1}"#));
+    assert!(!of_skipped_phase(br#"{"id": 1, "ph": "s"}"#));
+    let t = parse_str(flows).unwrap();
+    assert_eq!(strings(&resolved(t), "name"), vec![Some("a".to_string())]);
+
+    // Checked as far as the splitter checks every event, as unread args objects are: a string
+    // that does not end is an error; a bad token inside is not looked at.
+    let e = parse_str(r###"{"traceEvents": [{"ph": "s", "id": 1, "name": "ac2g}]}"###).unwrap_err();
+    assert!(e.message.contains("truncated"), "{e}");
+    assert!(parse_str(r###"{"traceEvents": [{"ph": "s", "id": 12x, "ts": 1}]}"###).is_ok());
+    // Not written "ph" first, or with a "ph" that is not a string: the full parse, which
+    // checks every token.
+    let e = parse_str(r###"{"traceEvents": [{"id": 12x, "ph": "s", "ts": 1}]}"###).unwrap_err();
+    assert!(e.message.contains("expected ',' or '}'"), "{e}");
+    let e = parse_str(r###"{"traceEvents": [{"ph": 7, "id": 1}]}"###).unwrap_err();
+    assert!(e.message.contains("\"ph\" is a number"), "{e}");
+
+    // A later "ph" overrides the first, as in the full parse.
+    let t = parse_str(
+        r###"{"traceEvents": [{"ph": "s", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "ph": "X"}]}"###,
+    )
+    .unwrap();
+    assert_eq!(
+        strings(&resolved(t), "kind"),
+        vec![Some("cpu_op".to_string())]
+    );
+}
+
+#[test]
 fn counts_impossible_values_as_warnings_and_keeps_them() {
     let t = parse_str(
         r###"{"traceEvents": [
