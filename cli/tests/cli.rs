@@ -428,6 +428,13 @@ fn the_repl_works_on_a_terminal() {
         env!("CARGO_BIN_EXE_gpuq"),
         store.display()
     );
+    // The expected counts, known before the session starts.
+    let count = |sql: &str| {
+        let out = stdout(&gpuq(&store, &["query", "--format", "csv", sql]));
+        out.lines().nth(1).unwrap().to_string()
+    };
+    let n = count("SELECT count(*) AS n FROM kernels");
+    let m = count("SELECT count(*) AS n FROM memcpy");
     let mut child = Command::new("script")
         .args(["-qfec", &cmd, "/dev/null"])
         .env("TERM", "xterm")
@@ -437,51 +444,74 @@ fn the_repl_works_on_a_terminal() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let keys: &[&[u8]] = &[
-        b"SELECT count(*)\r", // multi-line: not complete yet
-        b"  AS n FROM kernels;\r",
-        b"\\timing on\r",
-        b"\\format csv\r",
-        b"SELECT 40 + 2 AS answer;\r",
-        b"SELEC broken;\r", // an error keeps the session
-        b"\\d kernels\r",
-        b"SELECT count(*) AS c FROM memc\t;\r", // completion of a table name (`ker` is ambiguous: kernel_class)
-        b"SELECT 'still here' AS s;\r",
-        b"\x03", // Ctrl-C at the prompt keeps the session
-        b"SELECT count(*) FROM generate_series(1, 100000000000);\r",
-        b"\x03", // Ctrl-C cancels the running statement
-        b"SELECT 7 AS after_ctrl_c;\r",
-        b"\\q\r",
-    ];
-    for k in keys {
+    // The terminal's output as it comes, so that keys can wait for what they answer: a Ctrl-C
+    // typed while the shell is still busy with earlier lines would reach it as input, not as a
+    // signal to the statement it is meant to cancel.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let seen = seen.clone();
+        let mut out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(k) = out.read(&mut buf) {
+                if k == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..k]);
+            }
+        })
+    };
+    let text_now = || strip_ansi(&String::from_utf8_lossy(&seen.lock().unwrap())).replace('\r', "");
+    let mut send = |keys: &[u8], answer: Option<&str>| {
         use std::io::Write;
-        stdin.write_all(k).unwrap();
+        let before = answer.map_or(0, |a| text_now().matches(a).count());
+        stdin.write_all(keys).unwrap();
         stdin.flush().unwrap();
-        std::thread::sleep(Duration::from_millis(400));
-    }
+        let Some(answer) = answer else {
+            std::thread::sleep(Duration::from_millis(400));
+            return;
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while text_now().matches(answer).count() <= before {
+            if std::time::Instant::now() > deadline {
+                let _ = Command::new("pkill").args(["-f", &cmd]).status();
+                panic!(
+                    "no {answer:?} after {:?}: {}",
+                    String::from_utf8_lossy(keys),
+                    text_now()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    send(b"SELECT count(*)\r", None); // multi-line: not complete yet
+    send(b"  AS n FROM kernels;\r", Some(&format!("| {n} ")));
+    send(b"\\timing on\r", None);
+    send(b"\\format csv\r", None);
+    send(b"SELECT 40 + 2 AS answer;\r", Some("answer\n42"));
+    send(b"SELEC broken;\r", Some("gpuq: error: ")); // an error keeps the session
+    send(b"\\d kernels\r", Some("column_name"));
+    // Completion of a table name (`ker` is ambiguous: kernel_class).
+    send(
+        b"SELECT count(*) AS c FROM memc\t;\r",
+        Some(&format!("c\n{m}")),
+    );
+    send(b"SELECT 'still here' AS s;\r", Some("s\nstill here"));
+    send(b"\x03", None); // Ctrl-C at the prompt keeps the session
+    send(
+        b"SELECT count(*) FROM generate_series(1, 100000000000);\r",
+        None,
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    send(b"\x03", Some("cancelled")); // Ctrl-C cancels the running statement
+    send(b"SELECT 7 AS after_ctrl_c;\r", Some("after_ctrl_c\n7"));
+    send(b"\\q\r", None);
+    drop(send);
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let text = strip_ansi(&String::from_utf8_lossy(&out.stdout)).replace('\r', "");
-    let kernels = stdout(&gpuq(
-        &store,
-        &[
-            "query",
-            "--format",
-            "csv",
-            "SELECT count(*) AS n FROM kernels",
-        ],
-    ));
-    let n = kernels.lines().nth(1).unwrap();
-    let copies = stdout(&gpuq(
-        &store,
-        &[
-            "query",
-            "--format",
-            "csv",
-            "SELECT count(*) AS n FROM memcpy",
-        ],
-    ));
-    let m = copies.lines().nth(1).unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let text = text_now();
     assert!(
         text.contains(&format!("| {n} ")),
         "multi-line statement result missing: {text}"
