@@ -796,8 +796,6 @@ fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
 
 const HOUR_NS: i64 = 3_600_000_000_000;
 
-/// Parses the event at `event`; `object`: the span of its only member that is an object, if
-/// known (taken as it is when it is the `args`, instead of being scanned for its end again).
 /// Whether an event (its bytes from the `{`) is of a phase skipped whatever else it holds
 /// (flows, metadata: a third of a training trace's events), found without parsing it: Kineto
 /// writes `"ph"` first. Such an event is then not read further: like the `args` objects the
@@ -824,6 +822,8 @@ fn of_skipped_phase(event: &[u8]) -> bool {
     }
 }
 
+/// Parses the event at `event`; `object`: the span of its only member that is an object, if
+/// known (taken as it is when it is the `args`, instead of being scanned for its end again).
 fn parse_event(
     event: Cursor<'_>,
     object: Option<(usize, usize)>,
