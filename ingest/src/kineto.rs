@@ -796,27 +796,24 @@ fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
 
 const HOUR_NS: i64 = 3_600_000_000_000;
 
-/// Whether an event (its bytes from the `{`) is of a phase skipped whatever else it holds
+/// Whether the event at `event` (at its `{`) is of a phase skipped whatever else it holds
 /// (flows, metadata: a third of a training trace's events), found without parsing it: Kineto
 /// writes `"ph"` first. Such an event is then not read further: like the `args` objects the
 /// parser does not read, it is checked only as far as the splitter checks every event (its
 /// strings end, its brackets balance), not token by token. One with a second `"ph"` (which
 /// overrides the first) is left to the full parse.
-fn of_skipped_phase(event: &[u8]) -> bool {
+fn of_skipped_phase(event: Cursor<'_>) -> bool {
     static PH: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"ph\""));
-    let ws = |b: &[u8]| {
-        b.iter()
-            .take_while(|c| matches!(c, b' ' | b'\n' | b'\r' | b'\t'))
-            .count()
-    };
-    let Some(rest) = event.strip_prefix(b"{\"ph\"") else {
+    let mut c = event;
+    if !c.buf[c.pos..].starts_with(b"{\"ph\"") {
         return false;
-    };
-    let rest = &rest[ws(rest)..];
-    let Some(rest) = rest.strip_prefix(b":") else {
+    }
+    c.pos += 5;
+    if c.expect(b':').is_err() {
         return false;
-    };
-    match &rest[ws(rest)..] {
+    }
+    c.skip_ws();
+    match &c.buf[c.pos..] {
         [b'"', b's' | b'f' | b't' | b'M', b'"', tail @ ..] => PH.find(tail).is_none(),
         _ => false,
     }
@@ -829,7 +826,7 @@ fn parse_event(
     object: Option<(usize, usize)>,
     out: &mut BlockOut,
 ) -> json::Result<()> {
-    if of_skipped_phase(&event.buf[event.pos..]) {
+    if of_skipped_phase(event) {
         return Ok(());
     }
     let mut c = event;
