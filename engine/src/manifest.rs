@@ -54,7 +54,7 @@ pub struct Tombstone {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SourceFile {
     pub path: String,
-    /// BLAKE3 of the file's bytes, hex.
+    /// XXH3-128 of the file's bytes, 32 hex digits (as `xxhsum -H2` prints them).
     pub hash: String,
     pub bytes: u64,
     pub rank: Option<i32>,

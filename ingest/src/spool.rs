@@ -54,13 +54,12 @@ pub struct Frame {
     present: u64,
     schema: SchemaRef,
     bytes: Vec<u8>,
-    /// Of `bytes`: lz4 blocks carry no checksum, and a damaged spill file must be an error.
-    checksum: u64,
 }
 
+/// Of a spilled frame's bytes: lz4 blocks carry no checksum, and a damaged spill file must be
+/// an error. Frames held in memory need none.
 fn checksum(bytes: &[u8]) -> u64 {
-    let hash = blake3::hash(bytes);
-    u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
+    xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
 impl Frame {
@@ -91,7 +90,6 @@ impl Frame {
             ipc_len: ipc.len(),
             present,
             schema,
-            checksum: checksum(&bytes),
             bytes,
         })
     }
@@ -101,12 +99,6 @@ impl Frame {
     }
 
     pub fn decode(&self) -> io::Result<RecordBatch> {
-        if checksum(&self.bytes) != self.checksum {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "damaged spool frame (checksum mismatch)",
-            ));
-        }
         let ipc = lz4_flex::block::decompress(&self.bytes, self.ipc_len)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // The batch's buffers are slices of the decompressed bytes: no further copy.
@@ -158,7 +150,7 @@ impl Frame {
             self.ipc_len as u64,
             self.bytes.len() as u64,
             self.present,
-            self.checksum,
+            checksum(&self.bytes),
         ] {
             w.write_all(&n.to_le_bytes())?;
         }
@@ -179,11 +171,16 @@ impl Frame {
         if r.take(len as u64).read_to_end(&mut bytes)? != len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
+        if checksum(&bytes) != field(4) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "damaged spill file (a frame's checksum does not match)",
+            ));
+        }
         Ok(Frame {
             rows: field(0) as usize,
             ipc_len: field(1) as usize,
             present: field(3),
-            checksum: field(4),
             schema: schema.clone(),
             bytes,
         })
@@ -689,8 +686,10 @@ mod tests {
         let mut corrupt = bytes.clone();
         let last = corrupt.len() - 1;
         corrupt[last] ^= 0xff;
-        let f = Frame::read_from(&mut &corrupt[..], &schema).unwrap();
-        assert!(f.decode().is_err(), "a damaged frame does not decode");
+        let err = Frame::read_from(&mut &corrupt[..], &schema)
+            .err()
+            .expect("a damaged frame is an error");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         // A damaged length (bytes 16..24 of the header) is a short read, not a huge allocation.
         let mut huge = bytes.clone();
         huge[16..24].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
