@@ -283,6 +283,96 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The number at the cursor as integer nanoseconds, read in the same pass that finds its
+    /// end, when it is decimal microseconds written plainly (`digits[.digits]`, as
+    /// [`plain_us_to_ns`] takes them): what [`us_to_ns`] of its [`Cursor::value`] gives. `None`,
+    /// the cursor unmoved, for anything else (a sign, an exponent, a string), which the caller
+    /// reads with [`Cursor::value`].
+    #[inline]
+    pub fn plain_us_ns(&mut self) -> Option<i64> {
+        self.skip_ws();
+        let start = self.pos;
+        if !self.buf.get(start).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        let mut value: u64 = 0;
+        let mut digits = 0;
+        let mut decimals: Option<u32> = None;
+        while let Some(&b) = self.buf.get(self.pos) {
+            match b {
+                // 19 digits stay below 10^19 < 2^64.
+                b'0'..=b'9' if digits < 19 => {
+                    value = value * 10 + (b - b'0') as u64;
+                    digits += 1;
+                    if let Some(d) = &mut decimals {
+                        *d += 1;
+                    }
+                }
+                b'.' if decimals.is_none() => decimals = Some(0),
+                b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' => {
+                    self.pos = start;
+                    return None;
+                }
+                _ => break,
+            }
+            self.pos += 1;
+        }
+        let decimals = decimals.unwrap_or(0);
+        let ns = (digits > 0 && decimals <= 3)
+            .then(|| value.checked_mul(10u64.pow(3 - decimals)))
+            .flatten()
+            .and_then(|v| i64::try_from(v).ok());
+        if ns.is_none() {
+            self.pos = start;
+        }
+        ns
+    }
+
+    /// The number at the cursor as an integer, read in the same pass that finds its end, when
+    /// it is written as plain decimal digits (at most 18, with an optional `-`): what
+    /// [`scalar_i64`] of its [`Cursor::value`] gives. `None`, the cursor unmoved, for anything
+    /// else.
+    #[inline]
+    pub fn plain_int(&mut self) -> Option<i64> {
+        self.skip_ws();
+        let start = self.pos;
+        let negative = self.buf.get(self.pos) == Some(&b'-');
+        if negative {
+            self.pos += 1;
+        }
+        let mut value: i64 = 0;
+        let mut digits = 0;
+        while let Some(&b) = self.buf.get(self.pos) {
+            match b {
+                // 18 digits stay below 10^18 < 2^63.
+                b'0'..=b'9' if digits < 18 => {
+                    value = value * 10 + (b - b'0') as i64;
+                    digits += 1;
+                }
+                b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' => {
+                    self.pos = start;
+                    return None;
+                }
+                _ => break,
+            }
+            self.pos += 1;
+        }
+        if digits == 0 {
+            self.pos = start;
+            return None;
+        }
+        Some(if negative { -value } else { value })
+    }
+
+    /// An integer value: [`Cursor::plain_int`], else [`scalar_i64`] of [`Cursor::value`].
+    #[inline]
+    pub fn int_value(&mut self) -> Result<Option<i64>> {
+        match self.plain_int() {
+            Some(v) => Ok(Some(v)),
+            None => Ok(scalar_i64(&self.value()?)),
+        }
+    }
+
     /// Reads any value; objects and arrays are skipped and returned by their span.
     pub fn value(&mut self) -> Result<Scalar<'a>> {
         match self.peek() {
@@ -922,6 +1012,109 @@ mod tests {
         }
         // Random text rarely closes its first bracket, but some of it must.
         assert!(hits > 100, "only {hits} values ended");
+    }
+
+    /// The one-pass number readers give what the general path (the value's text, then
+    /// [`us_to_ns`] / [`scalar_i64`]) gives, or leave the cursor where it was.
+    #[test]
+    fn one_pass_numbers_equal_the_general_path() {
+        let mut texts: Vec<String> = [
+            "0",
+            "7",
+            "007",
+            "12",
+            "12.5",
+            "12.50",
+            "1.",
+            "1.123",
+            "1.1234",
+            "1.12345",
+            "-1",
+            "-0",
+            "-12.5",
+            "+3",
+            "1e3",
+            "1.5E2",
+            "2e-3",
+            "1.2.3",
+            "1-2",
+            "-",
+            "-.5",
+            ".5",
+            "9223372036854775807",
+            "9223372036854775808",
+            "999999999999999999",
+            "1000000000000000000",
+            "1700759084287218.300",
+            "17007590842872183.001",
+            "170075908428721830.0",
+            "18446744073709551615",
+            "12x",
+            "\"5\"",
+            "true",
+            "null",
+            "[1]",
+            "{}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut next = xorshift();
+        for _ in 0..2000 {
+            let digits = 1 + next() % 21;
+            let mut t: String = (0..digits)
+                .map(|_| char::from(b'0' + (next() % 10) as u8))
+                .collect();
+            if next() % 2 == 0 {
+                let at = (next() % digits) as usize;
+                t.insert(at.max(1), '.');
+            }
+            if next() % 4 == 0 {
+                t.insert(0, '-');
+            }
+            texts.push(t);
+        }
+        for text in &texts {
+            for end in [", \"k\": 1}", "}", " ]", ""] {
+                let doc = format!(" {text}{end}");
+                let general = |f: &dyn Fn(&Scalar) -> Option<i64>| {
+                    let mut c = Cursor::new(doc.as_bytes());
+                    c.value().ok().and_then(|v| f(&v).map(|x| (x, c.pos)))
+                };
+                let us = |v: &Scalar| match v {
+                    Scalar::Number(n) => us_to_ns(n),
+                    _ => None,
+                };
+                let mut c = Cursor::new(doc.as_bytes());
+                match c.plain_us_ns() {
+                    Some(ns) => assert_eq!(Some((ns, c.pos)), general(&us), "{doc:?}"),
+                    None => assert_eq!(c.pos, 1, "{doc:?}: the cursor moved"),
+                }
+                let int = |v: &Scalar| match v {
+                    Scalar::Number(_) => scalar_i64(v),
+                    _ => None,
+                };
+                let mut c = Cursor::new(doc.as_bytes());
+                match c.plain_int() {
+                    Some(i) => assert_eq!(Some((i, c.pos)), general(&int), "{doc:?}"),
+                    None => assert_eq!(c.pos, 1, "{doc:?}: the cursor moved"),
+                }
+                let mut a = Cursor::new(doc.as_bytes());
+                let mut b = Cursor::new(doc.as_bytes());
+                match (a.int_value(), b.value()) {
+                    (Ok(x), Ok(v)) => {
+                        assert_eq!(x, scalar_i64(&v), "{doc:?}");
+                        assert_eq!(a.pos, b.pos, "{doc:?}");
+                    }
+                    (x, v) => assert_eq!(x.is_err(), v.is_err(), "{doc:?}"),
+                }
+            }
+        }
+        // The common shapes do take the one-pass path.
+        let mut c = Cursor::new(b"1700759084287218.300,");
+        assert_eq!(c.plain_us_ns(), Some(1_700_759_084_287_218_300));
+        let mut c = Cursor::new(b"-42}");
+        assert_eq!(c.plain_int(), Some(-42));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::events::{
     profiler_step_number, CounterColumns, Event, EventColumns, HostInterval, HostStructure, Kind,
     Launch, RangeRules, Step,
 };
-use crate::json::{self, scalar_f64, scalar_i64, us_to_ns, Cursor, Scalar};
+use crate::json::{self, scalar_f64, us_to_ns, Cursor, Scalar};
 use crate::spool::RowSample;
 use crate::trace::{EventSink, ParsedTrace, TraceError};
 use datafusion::arrow::array::{AsArray, RecordBatch};
@@ -683,8 +683,16 @@ enum Id<'a> {
     Str(Cow<'a, str>),
 }
 
-impl Id<'_> {
-    fn from_scalar<'b>(v: Scalar<'b>) -> Id<'b> {
+impl<'a> Id<'a> {
+    /// The id at `c`.
+    fn of(c: &mut Cursor<'a>) -> json::Result<Id<'a>> {
+        if let Some(v) = c.plain_int() {
+            return Ok(Id::Int(v));
+        }
+        Ok(Id::from_scalar(c.value()?))
+    }
+
+    fn from_scalar(v: Scalar<'a>) -> Id<'a> {
         match v {
             Scalar::Number(n) => n.parse().ok().map_or(Id::Missing, Id::Int),
             Scalar::Str(s) => Id::Str(s),
@@ -775,8 +783,13 @@ fn copy_kind_of_direction(direction: &str) -> Option<&'static str> {
     }
 }
 
-fn ns_of(v: &Scalar<'_>, field: &str, c: &Cursor<'_>) -> json::Result<i64> {
-    let text = match v {
+/// The value at `c`, microseconds, as nanoseconds.
+fn ns_of(c: &mut Cursor<'_>, field: &str) -> json::Result<i64> {
+    if let Some(ns) = c.plain_us_ns() {
+        return Ok(ns);
+    }
+    let v = c.value()?;
+    let text = match &v {
         Scalar::Number(n) => n,
         Scalar::Str(s) => s.as_ref(),
         other => {
@@ -847,16 +860,10 @@ fn parse_event(
                     _ => Cow::Borrowed(""),
                 })
             }
-            "pid" => pid = Id::from_scalar(c.value()?),
-            "tid" => tid = Id::from_scalar(c.value()?),
-            "ts" => {
-                let v = c.value()?;
-                ts = Some(ns_of(&v, "ts", c)?);
-            }
-            "dur" => {
-                let v = c.value()?;
-                dur = Some(ns_of(&v, "dur", c)?);
-            }
+            "pid" => pid = Id::of(c)?,
+            "tid" => tid = Id::of(c)?,
+            "ts" => ts = Some(ns_of(c, "ts")?),
+            "dur" => dur = Some(ns_of(c, "dur")?),
             "args" if c.peek() == Some(b'{') && object.map(|o| o.0) == Some(c.pos) => {
                 let (start, end) = object.expect("checked");
                 c.pos = end;
@@ -948,12 +955,12 @@ fn parse_event(
         let mut direction: Option<Cow<str>> = None;
         ac.object(|key, c| {
             match key {
-                "correlation" => e.correlation = scalar_i64(&c.value()?),
-                "device" => e.device = scalar_i64(&c.value()?).map(|v| v as i32),
-                "stream" if kind.is_gpu() => e.stream = scalar_i64(&c.value()?),
-                "bytes" => e.bytes = scalar_i64(&c.value()?),
-                "registers per thread" => e.registers = scalar_i64(&c.value()?).map(|v| v as i32),
-                "shared memory" if kind.is_gpu() => e.shared_mem = scalar_i64(&c.value()?),
+                "correlation" => e.correlation = c.int_value()?,
+                "device" => e.device = c.int_value()?.map(|v| v as i32),
+                "stream" if kind.is_gpu() => e.stream = c.int_value()?,
+                "bytes" => e.bytes = c.int_value()?,
+                "registers per thread" => e.registers = c.int_value()?.map(|v| v as i32),
+                "shared memory" if kind.is_gpu() => e.shared_mem = c.int_value()?,
                 "grid" if kind.is_gpu() => {
                     if let Some(g) = c.int_triple()? {
                         e.grid = g.map(|v| v.map(|v| v as i32));
@@ -976,10 +983,10 @@ fn parse_event(
                     }
                 }
                 "size" if kind == Kind::Memcpy => {
-                    e.bytes = e.bytes.or(scalar_i64(&c.value()?));
+                    e.bytes = e.bytes.or(c.int_value()?);
                 }
-                "Device Type" => device_type = scalar_i64(&c.value()?),
-                "Device Id" => device_id = scalar_i64(&c.value()?),
+                "Device Type" => device_type = c.int_value()?,
+                "Device Id" => device_id = c.int_value()?,
                 "Total Allocated" => allocated = scalar_f64(&c.value()?),
                 "Total Reserved" => reserved = scalar_f64(&c.value()?),
                 _ => {
