@@ -609,40 +609,60 @@ struct PartContext<'a> {
 }
 
 impl PartContext<'_> {
-    /// Attributes and writes each group of `groups` (spool frames or batches) as a part,
-    /// `parallel` parts at a time; each part's batches are freed once it is written, so
-    /// memory stays near that of the parts in flight.
+    /// Attributes and writes each group of `groups` (spool frames or batches) as a part, on
+    /// `parallel` workers that each take the next group as soon as their part is written (no
+    /// round waits for its slowest part; one worker reads the next group's frames while the
+    /// others encode). Each part's batches are freed once it is written, so memory stays near
+    /// that of the parts in flight. The parts come back in the order of their groups.
     fn write_parts<T: Send>(
         &self,
         resolver: &Resolver,
-        groups: impl Iterator<Item = std::io::Result<Vec<T>>>,
+        groups: impl Iterator<Item = std::io::Result<Vec<T>>> + Send,
         batch: impl Fn(&T) -> std::io::Result<RecordBatch> + Sync,
         parallel: usize,
     ) -> Result<Vec<(StagedFile, Facts)>, IngestError> {
-        let mut groups = groups.peekable();
-        let mut written = Vec::new();
-        while groups.peek().is_some() {
-            let round = groups
-                .by_ref()
-                .take(parallel)
-                .collect::<std::io::Result<Vec<Vec<T>>>>()
+        let groups = Mutex::new(groups.enumerate());
+        let written = Mutex::new(Vec::new());
+        let failure: Mutex<Option<IngestError>> = Mutex::new(None);
+        let write = |group: Vec<T>| -> Result<(StagedFile, Facts), IngestError> {
+            let resolved = group
+                .iter()
+                .map(|item| resolver.resolve(&batch(item)?, self.rank, self.time_base_ns))
+                .collect::<std::io::Result<Vec<RecordBatch>>>()
                 .map_err(io_error(Path::new("spool")))?;
-            let done = round
-                .into_par_iter()
-                .map(|group| -> Result<(StagedFile, Facts), IngestError> {
-                    let resolved = group
-                        .iter()
-                        .map(|item| resolver.resolve(&batch(item)?, self.rank, self.time_base_ns))
-                        .collect::<std::io::Result<Vec<RecordBatch>>>()
-                        .map_err(io_error(Path::new("spool")))?;
-                    drop(group);
-                    let facts = Facts::of(&resolved, self.host_span);
-                    Ok((self.writer.write_part(TableKind::Events, resolved)?, facts))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            written.extend(done);
+            drop(group);
+            let facts = Facts::of(&resolved, self.host_span);
+            Ok((self.writer.write_part(TableKind::Events, resolved)?, facts))
+        };
+        let worker = || loop {
+            if lock(&failure).is_some() {
+                return;
+            }
+            let next = lock(&groups).next();
+            let outcome = match next {
+                None => return,
+                Some((i, Ok(group))) => write(group).map(|part| (i, part)),
+                Some((_, Err(e))) => Err(io_error(Path::new("spool"))(e)),
+            };
+            match outcome {
+                Ok(part) => lock(&written).push(part),
+                Err(e) => {
+                    lock(&failure).get_or_insert(e);
+                    return;
+                }
+            }
+        };
+        rayon::scope(|scope| {
+            for _ in 0..parallel.max(1) {
+                scope.spawn(|_| worker());
+            }
+        });
+        if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e);
         }
-        Ok(written)
+        let mut written = written.into_inner().unwrap_or_else(|e| e.into_inner());
+        written.sort_unstable_by_key(|(i, _)| *i);
+        Ok(written.into_iter().map(|(_, part)| part).collect())
     }
 }
 
