@@ -295,33 +295,18 @@ impl<'a> Cursor<'a> {
         if !self.buf.get(start).is_some_and(u8::is_ascii_digit) {
             return None;
         }
-        let mut value: u64 = 0;
-        let mut digits = 0;
-        let mut decimals: Option<u32> = None;
+        let mut number = PlainUs::default();
         while let Some(&b) = self.buf.get(self.pos) {
-            match b {
-                // 19 digits stay below 10^19 < 2^64.
-                b'0'..=b'9' if digits < 19 => {
-                    value = value * 10 + (b - b'0') as u64;
-                    digits += 1;
-                    if let Some(d) = &mut decimals {
-                        *d += 1;
-                    }
-                }
-                b'.' if decimals.is_none() => decimals = Some(0),
-                b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' => {
+            if !number.take(b) {
+                if matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
                     self.pos = start;
                     return None;
                 }
-                _ => break,
+                break;
             }
             self.pos += 1;
         }
-        let decimals = decimals.unwrap_or(0);
-        let ns = (digits > 0 && decimals <= 3)
-            .then(|| value.checked_mul(10u64.pow(3 - decimals)))
-            .flatten()
-            .and_then(|v| i64::try_from(v).ok());
+        let ns = number.ns();
         if ns.is_none() {
             self.pos = start;
         }
@@ -793,28 +778,54 @@ pub fn us_to_ns(text: &str) -> Option<i64> {
 /// else, which [`decimal_scaled`] then reads (with `i128`, several times slower per digit).
 #[inline]
 fn plain_us_to_ns(bytes: &[u8]) -> Option<i64> {
-    let mut value: u64 = 0;
-    let mut digits = 0;
-    let mut decimals: Option<u32> = None;
+    let mut number = PlainUs::default();
     for &b in bytes {
-        match b {
-            // 19 digits stay below 10^19 < 2^64.
-            b'0'..=b'9' if digits < 19 => {
-                value = value * 10 + (b - b'0') as u64;
-                digits += 1;
-                if let Some(d) = &mut decimals {
-                    *d += 1;
-                }
-            }
-            b'.' if decimals.is_none() => decimals = Some(0),
-            _ => return None,
+        if !number.take(b) {
+            return None;
         }
     }
-    let decimals = decimals.unwrap_or(0);
-    if digits == 0 || decimals > 3 {
-        return None;
+    number.ns()
+}
+
+/// Decimal microseconds of the plain shape ([`plain_us_to_ns`]), read a byte at a time.
+#[derive(Default)]
+struct PlainUs {
+    value: u64,
+    digits: u32,
+    decimals: Option<u32>,
+}
+
+impl PlainUs {
+    /// Adds `b`; false when `b` cannot continue a plain number (it is left out).
+    #[inline]
+    fn take(&mut self, b: u8) -> bool {
+        match b {
+            // 19 digits stay below 10^19 < 2^64.
+            b'0'..=b'9' if self.digits < 19 => {
+                self.value = self.value * 10 + (b - b'0') as u64;
+                self.digits += 1;
+                if let Some(d) = &mut self.decimals {
+                    *d += 1;
+                }
+                true
+            }
+            b'.' if self.decimals.is_none() => {
+                self.decimals = Some(0);
+                true
+            }
+            _ => false,
+        }
     }
-    i64::try_from(value.checked_mul(10u64.pow(3 - decimals))?).ok()
+
+    /// The nanoseconds read, if there are digits and at most 3 decimals.
+    #[inline]
+    fn ns(&self) -> Option<i64> {
+        let decimals = self.decimals.unwrap_or(0);
+        if self.digits == 0 || decimals > 3 {
+            return None;
+        }
+        i64::try_from(self.value.checked_mul(10u64.pow(3 - decimals))?).ok()
+    }
 }
 
 /// `text * 10^scale` as an integer, exactly (rounded half away from zero).
