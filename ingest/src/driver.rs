@@ -689,9 +689,9 @@ fn part_groups(
     })
 }
 
-/// A window's batches in parts: about [`PART_ROWS`] rows each, as many as make an even
-/// round for the cores, and of equal rows (batches are sliced where a part ends) so that the
-/// round's parts finish together.
+/// A window's batches in parts: about [`PART_ROWS`] rows each, a multiple of the cores in
+/// number, and of equal rows (batches are sliced where a part ends) so that the window's
+/// last parts finish together.
 fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
     let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let cores = rayon::current_num_threads().max(1);
@@ -1099,7 +1099,8 @@ impl<'a> DirectParts<'a> {
 }
 
 /// A mutex's value, also after a panic elsewhere (the data stays consistent: every critical
-/// section here is a push or a take).
+/// section here is a push or a take, or the next group of [`PartContext::write_parts`], whose
+/// panic ends the ingest anyway).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

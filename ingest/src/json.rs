@@ -286,8 +286,8 @@ impl<'a> Cursor<'a> {
     /// The number at the cursor as integer nanoseconds, read in the same pass that finds its
     /// end, when it is decimal microseconds written plainly (`digits[.digits]`, as
     /// [`plain_us_to_ns`] takes them): what [`us_to_ns`] of its [`Cursor::value`] gives. `None`,
-    /// the cursor unmoved, for anything else (a sign, an exponent, a string), which the caller
-    /// reads with [`Cursor::value`].
+    /// the cursor at the number (past any whitespace), for anything else (a sign, an exponent,
+    /// a string), which the caller reads with [`Cursor::value`].
     #[inline]
     pub fn plain_us_ns(&mut self) -> Option<i64> {
         self.skip_ws();
@@ -315,8 +315,8 @@ impl<'a> Cursor<'a> {
 
     /// The number at the cursor as an integer, read in the same pass that finds its end, when
     /// it is written as plain decimal digits (at most 18, with an optional `-`): what
-    /// [`scalar_i64`] of its [`Cursor::value`] gives. `None`, the cursor unmoved, for anything
-    /// else.
+    /// [`scalar_i64`] of its [`Cursor::value`] gives. `None`, the cursor at the number (past any
+    /// whitespace), for anything else.
     #[inline]
     pub fn plain_int(&mut self) -> Option<i64> {
         self.skip_ws();

@@ -56,10 +56,11 @@ pub struct Frame {
     bytes: Vec<u8>,
 }
 
-/// Of a spilled frame's bytes: lz4 blocks carry no checksum, and a damaged spill file must be
-/// an error. Frames held in memory need none.
-fn checksum(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(bytes)
+/// Of a spilled frame's header fields (`header`: rows, lengths, columns present) and bytes:
+/// lz4 blocks carry no checksum, and a damaged spill file must be an error, not a wrong batch
+/// or an allocation of a damaged length. Frames held in memory need none.
+fn checksum(header: &[u8], bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, xxhash_rust::xxh3::xxh3_64(header))
 }
 
 impl Frame {
@@ -145,15 +146,21 @@ impl Frame {
     }
 
     fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        for n in [
+        let mut header = [0u8; 40];
+        for (i, n) in [
             self.rows as u64,
             self.ipc_len as u64,
             self.bytes.len() as u64,
             self.present,
-            checksum(&self.bytes),
-        ] {
-            w.write_all(&n.to_le_bytes())?;
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            header[i * 8..i * 8 + 8].copy_from_slice(&n.to_le_bytes());
         }
+        let sum = checksum(&header[..32], &self.bytes);
+        header[32..].copy_from_slice(&sum.to_le_bytes());
+        w.write_all(&header)?;
         w.write_all(&self.bytes)
     }
 
@@ -171,7 +178,7 @@ impl Frame {
         if r.take(len as u64).read_to_end(&mut bytes)? != len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        if checksum(&bytes) != field(4) {
+        if checksum(&header[..32], &bytes) != field(4) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "damaged spill file (a frame's checksum does not match)",
@@ -690,6 +697,16 @@ mod tests {
             .err()
             .expect("a damaged frame is an error");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        // A damaged row count, decompressed length or column set is an error, not a wrong
+        // batch or an allocation of that length.
+        for field in [0, 1, 3] {
+            let mut damaged = bytes.clone();
+            damaged[field * 8] ^= 0x40;
+            let err = Frame::read_from(&mut &damaged[..], &schema)
+                .err()
+                .expect("a damaged header is an error");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "field {field}");
+        }
         // A damaged length (bytes 16..24 of the header) is a short read, not a huge allocation.
         let mut huge = bytes.clone();
         huge[16..24].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
