@@ -1327,7 +1327,7 @@ mod tests {
         assert!(rows.len() > 5000, "{} rows", rows.len());
         assert!(attributed_kernels(&rows) > 1000);
         // The real traces' shapes: string pids, ROCm, CUDA graphs, several processes, ...
-        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/kineto");
+        let shared = crate::test_util::shared_traces("kineto");
         let mut real = Vec::new();
         let mut dirs = vec![shared];
         while let Some(dir) = dirs.pop() {

@@ -1548,7 +1548,7 @@ mod tests {
         let generated = dir.path().join("report.sqlite");
         crate::synth_nsys::write_nsys(&crate::synth_nsys::NsysConfig::small(), &generated).unwrap();
         let mut exports = vec![generated];
-        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/nsys");
+        let shared = crate::test_util::shared_traces("nsys");
         match std::fs::read_dir(&shared) {
             Ok(entries) => exports.extend(
                 entries

@@ -1,4 +1,4 @@
-//! Column readers shared by the adapters' tests.
+//! Column readers and paths shared by the adapters' tests.
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
@@ -33,4 +33,15 @@ pub fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
             .collect(),
         _ => c.as_primitive::<Int64Type>().iter().collect(),
     }
+}
+
+/// `../shared/traces/<sub>` next to the workspace (it may not exist). The crate's directory is
+/// taken from the environment `cargo test` runs the tests in, before the one compiled in: a
+/// test binary built from another checkout sharing the target directory is reused by cargo.
+pub fn shared_traces(sub: &str) -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+        .join("../../shared/traces")
+        .join(sub)
 }

@@ -2,11 +2,15 @@
 
 use std::path::PathBuf;
 
-/// `../shared/traces/<sub>` next to the workspace, if it exists.
+/// `../shared/traces/<sub>` next to the workspace, if it exists. The crate's directory is
+/// taken from the environment `cargo test` runs the tests in, before the one compiled in: a
+/// test binary built from another checkout sharing the target directory (a CI clone) is
+/// reused by cargo, and would otherwise look beside that checkout and skip.
 pub fn shared_traces(sub: &str) -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/traces")
-        .join(sub);
+    let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let dir = crate_dir.join("../../shared/traces").join(sub);
     dir.is_dir().then_some(dir)
 }
 
