@@ -1088,27 +1088,22 @@ mod tests {
         for text in &texts {
             for end in [", \"k\": 1}", "}", " ]", ""] {
                 let doc = format!(" {text}{end}");
-                let general = |f: &dyn Fn(&Scalar) -> Option<i64>| {
+                // Each one-pass reader, and what the general path makes of the value's text.
+                let readers: [(fn(&mut Cursor<'_>) -> Option<i64>, fn(&str) -> Option<i64>); 2] = [
+                    (|c| c.plain_us_ns(), us_to_ns),
+                    (|c| c.plain_int(), |n| scalar_i64(&Scalar::Number(n))),
+                ];
+                for (one_pass, of_text) in readers {
+                    let mut general = Cursor::new(doc.as_bytes());
+                    let expected = match general.value() {
+                        Ok(Scalar::Number(n)) => of_text(n).map(|x| (x, general.pos)),
+                        _ => None,
+                    };
                     let mut c = Cursor::new(doc.as_bytes());
-                    c.value().ok().and_then(|v| f(&v).map(|x| (x, c.pos)))
-                };
-                let us = |v: &Scalar| match v {
-                    Scalar::Number(n) => us_to_ns(n),
-                    _ => None,
-                };
-                let mut c = Cursor::new(doc.as_bytes());
-                match c.plain_us_ns() {
-                    Some(ns) => assert_eq!(Some((ns, c.pos)), general(&us), "{doc:?}"),
-                    None => assert_eq!(c.pos, 1, "{doc:?}: the cursor moved"),
-                }
-                let int = |v: &Scalar| match v {
-                    Scalar::Number(_) => scalar_i64(v),
-                    _ => None,
-                };
-                let mut c = Cursor::new(doc.as_bytes());
-                match c.plain_int() {
-                    Some(i) => assert_eq!(Some((i, c.pos)), general(&int), "{doc:?}"),
-                    None => assert_eq!(c.pos, 1, "{doc:?}: the cursor moved"),
+                    match one_pass(&mut c) {
+                        Some(x) => assert_eq!(Some((x, c.pos)), expected, "{doc:?}"),
+                        None => assert_eq!(c.pos, 1, "{doc:?}: the cursor moved"),
+                    }
                 }
                 let mut a = Cursor::new(doc.as_bytes());
                 let mut b = Cursor::new(doc.as_bytes());
