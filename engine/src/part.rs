@@ -7,11 +7,13 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{self, SortColumn, SortOptions};
 use datafusion::arrow::datatypes::{DataType, Int32Type};
+use datafusion::parquet::arrow::arrow_writer::compute_leaves;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
 use datafusion::parquet::file::metadata::SortingColumn;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use datafusion::parquet::schema::types::ColumnPath;
+use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::BufWriter;
@@ -51,46 +53,55 @@ pub fn sort_batches(table: TableKind, batches: Vec<RecordBatch>) -> Result<Recor
         .collect::<Result<Vec<_>>>()?;
     let order = sort_order(&keys)?;
     // The sort columns are concatenated already: gathered from there, not concatenated again.
-    let mut concatenated: HashMap<&str, ArrayRef> = table
+    let concatenated: HashMap<&str, ArrayRef> = table
         .sort_columns()
         .iter()
         .copied()
         .zip(keys.into_iter().map(|k| k.values))
         .collect();
-    let mut columns: Vec<Vec<ArrayRef>> = (0..schema.fields().len())
+    let columns: Vec<Vec<ArrayRef>> = (0..schema.fields().len())
         .map(|c| batches.iter().map(|b| b.column(c).clone()).collect())
         .collect();
-    drop(batches);
-    // (input batch, row) of each output row, for the string columns; made on first use.
-    let mut positions: Option<Vec<(usize, usize)>> = None;
-    let mut sorted = Vec::with_capacity(columns.len());
-    for (field, inputs) in schema.fields().iter().zip(columns.iter_mut()) {
-        let refs: Vec<&dyn Array> = inputs.iter().map(|a| a.as_ref()).collect();
-        // A column null in every input (most columns of most sources) stays all null.
-        // Strings are gathered straight from the inputs (one copy of their bytes); other
-        // columns are concatenated and gathered by row number (`interleave` reads a 16-byte
-        // (batch, row) pair per row and, for dictionaries, scans every row once per input
-        // batch to merge them).
-        let data_type = refs[0].data_type();
-        let column = if let Some(all) = concatenated.remove(field.name().as_str()) {
-            compute::take(&all, &order, None)?
-        } else if refs.iter().all(|a| a.null_count() == a.len()) {
-            new_null_array(data_type, order.len())
-        } else if matches!(data_type, DataType::Utf8 | DataType::Binary) {
-            let positions = positions.get_or_insert_with(|| {
-                let mut source = Vec::with_capacity(order.len());
-                for (b, input) in refs.iter().enumerate() {
-                    source.extend((0..input.len()).map(|r| (b, r)));
-                }
-                order.values().iter().map(|&i| source[i as usize]).collect()
-            });
-            compute::interleave(&refs, positions)?
+    let all_null = |inputs: &[ArrayRef]| inputs.iter().all(|a| a.null_count() == a.len());
+    // (input batch, row) of each output row, for the string columns (if any has a value).
+    let positions: Vec<(usize, usize)> =
+        if schema.fields().iter().zip(&columns).any(|(f, c)| {
+            matches!(f.data_type(), DataType::Utf8 | DataType::Binary) && !all_null(c)
+        }) {
+            let mut source = Vec::with_capacity(order.len());
+            for (b, batch) in batches.iter().enumerate() {
+                source.extend((0..batch.num_rows()).map(|r| (b, r)));
+            }
+            order.values().iter().map(|&i| source[i as usize]).collect()
         } else {
-            compute::take(&compute::concat(&refs)?, &order, None)?
+            Vec::new()
         };
-        inputs.clear();
-        sorted.push(column);
-    }
+    drop(batches);
+    // Columns are gathered in parallel (rayon), like they are encoded ([`write_parquet`]).
+    let sorted = schema
+        .fields()
+        .par_iter()
+        .zip(columns.into_par_iter())
+        .with_max_len(1)
+        .map(|(field, inputs)| {
+            let refs: Vec<&dyn Array> = inputs.iter().map(|a| a.as_ref()).collect();
+            // A column null in every input (most columns of most sources) stays all null.
+            // Strings are gathered straight from the inputs (one copy of their bytes); other
+            // columns are concatenated and gathered by row number (`interleave` reads a
+            // 16-byte (batch, row) pair per row and, for dictionaries, scans every row once
+            // per input batch to merge them).
+            let data_type = refs[0].data_type();
+            Ok(if let Some(all) = concatenated.get(field.name().as_str()) {
+                compute::take(all, &order, None)?
+            } else if all_null(&inputs) {
+                new_null_array(data_type, order.len())
+            } else if matches!(data_type, DataType::Utf8 | DataType::Binary) {
+                compute::interleave(&refs, &positions)?
+            } else {
+                compute::take(&compute::concat(&refs)?, &order, None)?
+            })
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
     Ok(RecordBatch::try_new(schema, sorted)?)
 }
 
@@ -416,20 +427,48 @@ pub fn kind_ranges(batch: &RecordBatch) -> BTreeMap<String, Vec<(u64, u64)>> {
 
 /// Writes a sorted batch to `path` as one Parquet file and syncs it to disk.
 /// Returns the file's size in bytes.
+///
+/// A row group's columns are encoded in parallel (rayon): when its caller writes several
+/// parts at once, a core whose parts are done helps encode the columns of the last one
+/// instead of waiting for it.
 pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Result<u64> {
     let file = File::create(path).map_err(Error::io(path))?;
     let props = writer_properties(table, batch);
-    let mut writer = ArrowWriter::try_new(
+    let schema = batch.schema();
+    // Made by an `ArrowWriter`, so that the file carries the Arrow schema like any other.
+    let (mut writer, columns) = ArrowWriter::try_new(
         BufWriter::with_capacity(1 << 20, file),
-        batch.schema(),
+        schema.clone(),
         Some(props),
-    )?;
+    )?
+    .into_serialized_writer()?;
     let mut offset = 0;
-    // Write in row-group sized slices so the writer never buffers more than one row group.
-    while offset < batch.num_rows() {
+    // Row-group sized slices, so that no more than one row group is held encoded.
+    for row_group in 0.. {
+        if offset >= batch.num_rows() {
+            break;
+        }
         let len = ROW_GROUP_ROWS.min(batch.num_rows() - offset);
-        writer.write(&batch.slice(offset, len))?;
+        let slice = batch.slice(offset, len);
         offset += len;
+        // One leaf column per field: the schemas are flat.
+        let chunks = columns
+            .create_column_writers(row_group)?
+            .into_par_iter()
+            .zip(slice.columns().par_iter().zip(schema.fields().par_iter()))
+            .with_max_len(1)
+            .map(|(mut column, (array, field))| {
+                for leaf in compute_leaves(field, array)? {
+                    column.write(&leaf)?;
+                }
+                column.close()
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut group = writer.next_row_group()?;
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut group)?;
+        }
+        group.close()?;
     }
     let buf = writer.into_inner()?;
     let file = buf.into_inner().map_err(|e| Error::Io {
@@ -471,6 +510,7 @@ mod tests {
     #[test]
     fn a_part_with_plain_text_op_and_scope_reads_in_the_current_schema() {
         use datafusion::arrow::datatypes::{Field, Schema};
+        use datafusion::parquet::arrow::arrow_writer::compute_leaves;
         use datafusion::parquet::arrow::ArrowWriter;
         let current = TableKind::Events.file_schema();
         let old = Arc::new(Schema::new(

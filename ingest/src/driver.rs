@@ -463,7 +463,7 @@ struct WindowScratch {
 fn finish_file(
     writer: &gpuq_engine::StoreWriter,
     mut parsed: ParsedTrace,
-    (spool, mut counter_spool): (Spool, Spool),
+    (spool, counter_spool): (Spool, Spool),
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
     scratch: &WindowScratch,
@@ -483,37 +483,52 @@ fn finish_file(
     let host_span = host
         .host_span
         .map(|(lo, hi)| (lo + time_base_ns, hi + time_base_ns));
-    let mut written: Vec<(StagedFile, Facts)> = Vec::new();
     let ctx = PartContext {
         writer,
         rank,
         time_base_ns,
         host_span,
     };
-    match gpu {
-        Some(gpu) => {
-            let (parts, counts) = write_windowed(&ctx, host, spool, gpu, scratch)?;
-            written.extend(parts);
-            counts.add_to(&mut parsed);
-        }
-        None if parsed.windowed => {
-            let sample = std::mem::take(&mut parsed.host_sample);
-            written.extend(write_kineto_windowed(&ctx, host, sample, spool, scratch)?);
-        }
-        None => {
-            let resolver = Resolver::new(host);
-            let frames = spool.drain().map_err(io_error(Path::new("spool")))?;
-            let parallel = rayon::current_num_threads().max(1);
-            written.extend(ctx.write_parts(
-                &resolver,
-                part_groups(frames),
-                |f| f.decode(),
-                parallel,
-            )?);
-        }
-    }
+    // The counters' parts are written beside the events' (they need no attribution), so that
+    // they are not left for one core after the events' last part.
+    let counters = std::mem::take(&mut parsed.counters);
+    let (written, counter_parts) = std::thread::scope(|scope| {
+        let counter_parts =
+            scope.spawn(|| write_counters(writer, counter_spool, counters, rank, time_base_ns));
+        let written = match gpu {
+            Some(gpu) => write_windowed(&ctx, host, spool, gpu, scratch).map(|(parts, counts)| {
+                counts.add_to(&mut parsed);
+                parts
+            }),
+            None if parsed.windowed => {
+                let sample = std::mem::take(&mut parsed.host_sample);
+                write_kineto_windowed(&ctx, host, sample, spool, scratch)
+            }
+            None => {
+                let resolver = Resolver::new(host);
+                let parallel = rayon::current_num_threads().max(1);
+                let rows = spool.rows();
+                spool
+                    .drain()
+                    .map_err(io_error(Path::new("spool")))
+                    .and_then(|frames| {
+                        ctx.write_parts(
+                            &resolver,
+                            part_groups(frames, rows, parallel),
+                            |f| f.decode(),
+                            parallel,
+                        )
+                    })
+            }
+        };
+        let counter_parts = counter_parts
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (written, counter_parts)
+    });
+    let written = written?;
+    let counter_parts = counter_parts?;
     let ParsedTrace {
-        counters,
         mut top_level,
         mut warnings,
         events,
@@ -551,25 +566,7 @@ fn finish_file(
             .entry("GPU events more than 10 s outside the host time range (CUPTI timestamp corruption?)".into())
             .or_default() += facts.gpu_outside_host;
     }
-    for b in counters {
-        counter_spool
-            .push(b)
-            .map_err(io_error(Path::new("counter spool")))?;
-    }
-    let frames = counter_spool
-        .drain()
-        .map_err(io_error(Path::new("counter spool")))?;
-    for group in part_groups(frames) {
-        let counters = group
-            .and_then(|group| {
-                group
-                    .iter()
-                    .map(|f| Ok(resolve_counters(&f.decode()?, rank, time_base_ns)))
-                    .collect::<std::io::Result<Vec<RecordBatch>>>()
-            })
-            .map_err(io_error(Path::new("counter spool")))?;
-        staged.push(writer.write_part(TableKind::Counters, counters)?);
-    }
+    staged.extend(counter_parts);
     let devices = facts
         .devices
         .iter()
@@ -600,6 +597,38 @@ fn finish_file(
     })
 }
 
+/// Writes a file's counters (those the adapter kept, then those it spooled) as parts.
+fn write_counters(
+    writer: &gpuq_engine::StoreWriter,
+    mut spool: Spool,
+    kept: Vec<RecordBatch>,
+    rank: Option<i32>,
+    time_base_ns: i64,
+) -> Result<Vec<StagedFile>, IngestError> {
+    for b in kept {
+        spool
+            .push(b)
+            .map_err(io_error(Path::new("counter spool")))?;
+    }
+    let rows = spool.rows();
+    let frames = spool
+        .drain()
+        .map_err(io_error(Path::new("counter spool")))?;
+    let mut staged = Vec::new();
+    for group in part_groups(frames, rows, 1) {
+        let counters = group
+            .and_then(|group| {
+                group
+                    .iter()
+                    .map(|f| Ok(resolve_counters(&f.decode()?, rank, time_base_ns)))
+                    .collect::<std::io::Result<Vec<RecordBatch>>>()
+            })
+            .map_err(io_error(Path::new("counter spool")))?;
+        staged.push(writer.write_part(TableKind::Counters, counters)?);
+    }
+    Ok(staged)
+}
+
 /// Where and how one file's parts are written.
 struct PartContext<'a> {
     writer: &'a gpuq_engine::StoreWriter,
@@ -614,7 +643,7 @@ impl PartContext<'_> {
     /// round waits for its slowest part; one worker reads the next group's frames while the
     /// others encode). Each part's batches are freed once it is written, so memory stays near
     /// that of the parts in flight. The parts come back in the order of their groups.
-    fn write_parts<T: Send>(
+    fn write_parts<T: Send + Sync>(
         &self,
         resolver: &Resolver,
         groups: impl Iterator<Item = std::io::Result<Vec<T>>> + Send,
@@ -626,7 +655,8 @@ impl PartContext<'_> {
         let failure: Mutex<Option<IngestError>> = Mutex::new(None);
         let write = |group: Vec<T>| -> Result<(StagedFile, Facts), IngestError> {
             let resolved = group
-                .iter()
+                .par_iter()
+                .with_max_len(1)
                 .map(|item| resolver.resolve(&batch(item)?, self.rank, self.time_base_ns))
                 .collect::<std::io::Result<Vec<RecordBatch>>>()
                 .map_err(io_error(Path::new("spool")))?;
@@ -666,20 +696,39 @@ impl PartContext<'_> {
     }
 }
 
-/// Consecutive spool frames in groups of at most [`PART_ROWS`] rows (or one larger frame).
+/// The number of parts for `rows` rows: at most about [`PART_ROWS`] each, and a multiple of
+/// the `cores` writing them, so that the cores' last parts finish together.
+fn part_count(rows: usize, cores: usize) -> usize {
+    match rows.div_ceil(PART_ROWS) {
+        0 | 1 => 1,
+        n => n.next_multiple_of(cores.max(1)),
+    }
+}
+
+/// Consecutive spool frames (`rows` in all) in [`part_count`] groups of about equal rows: a
+/// group ends with the frame whose middle row reaches its share (whole frames).
 fn part_groups(
     frames: impl Iterator<Item = std::io::Result<spool::Frame>>,
+    rows: usize,
+    cores: usize,
 ) -> impl Iterator<Item = std::io::Result<Vec<spool::Frame>>> {
+    let count = part_count(rows, cores);
     let mut frames = frames.peekable();
+    let (mut group_index, mut done) = (0, 0);
     std::iter::from_fn(move || {
+        group_index += 1;
+        let end = if group_index >= count {
+            usize::MAX
+        } else {
+            group_index * rows / count
+        };
         let mut group = Vec::new();
-        let mut rows = 0;
         while let Some(next) = frames
-            .next_if(|f| rows == 0 || f.as_ref().map_or(true, |f| rows + f.rows() <= PART_ROWS))
+            .next_if(|f| group.is_empty() || f.as_ref().map_or(true, |f| done + f.rows() / 2 < end))
         {
             match next {
                 Ok(f) => {
-                    rows += f.rows();
+                    done += f.rows();
                     group.push(f);
                 }
                 Err(e) => return Some(Err(e)),
@@ -689,16 +738,11 @@ fn part_groups(
     })
 }
 
-/// A window's batches in parts: about [`PART_ROWS`] rows each, a multiple of the cores in
-/// number, and of equal rows (batches are sliced where a part ends) so that the window's
-/// last parts finish together.
+/// A window's batches in [`part_count`] parts of equal rows (batches are sliced where a part
+/// ends), so that the window's last parts finish together.
 fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
     let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let cores = rayon::current_num_threads().max(1);
-    let count = match (total + PART_ROWS / 2) / PART_ROWS {
-        0 | 1 => 1,
-        n => n.next_multiple_of(cores),
-    };
+    let count = part_count(total, rayon::current_num_threads());
     // Group `g` ends at row `(g + 1) * total / count`; a batch across that end is sliced.
     let mut groups: Vec<Vec<RecordBatch>> = vec![Vec::new(); count];
     let mut g = 0;
@@ -1225,6 +1269,53 @@ mod tests {
         }
         assert!(rows[0].len() > 100, "{} rows", rows[0].len());
         assert_eq!(rows[0], rows[1]);
+    }
+
+    #[test]
+    fn spool_frames_are_grouped_into_parts_of_about_equal_rows_in_order() {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let mut next = 0;
+        let frames: Vec<spool::Frame> = (0..23)
+            .map(|i| {
+                let rows = 20_000 + 3_000 * (i % 5);
+                let values = Int64Array::from_iter_values(next..next + rows);
+                next += rows;
+                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values)]).unwrap();
+                spool::Frame::encode(&batch).unwrap()
+            })
+            .collect();
+        let total = next as usize;
+        for cores in [1, 2, 3] {
+            let groups: Vec<Vec<spool::Frame>> =
+                part_groups(frames.clone().into_iter().map(Ok), total, cores)
+                    .collect::<std::io::Result<_>>()
+                    .unwrap();
+            let count = total.div_ceil(PART_ROWS).next_multiple_of(cores);
+            assert_eq!(groups.len(), count, "{cores} cores");
+            // Whole frames: a part is off its share by at most one frame's rows.
+            for g in &groups {
+                let rows: usize = g.iter().map(spool::Frame::rows).sum();
+                assert!(rows.abs_diff(total / count) <= 32_000, "{rows} rows");
+            }
+            let got: Vec<i64> = groups
+                .iter()
+                .flatten()
+                .flat_map(|f| {
+                    f.decode()
+                        .unwrap()
+                        .column(0)
+                        .as_primitive::<Int64Type>()
+                        .values()
+                        .to_vec()
+                })
+                .collect();
+            assert_eq!(got, (0..next).collect::<Vec<_>>(), "{cores} cores");
+        }
+        // Fewer rows than a part: one group, whatever the cores.
+        let one = part_groups(frames.into_iter().take(2).map(Ok), 43_000, 2).count();
+        assert_eq!(one, 1);
     }
 
     #[test]
