@@ -388,15 +388,25 @@ impl<'a> Cursor<'a> {
     where
         F: FnMut(&str, &mut Cursor<'a>) -> Result<()>,
     {
+        self.object_members(|_, key, c| f(key, c))
+    }
+
+    /// Like [`Self::object`], `f` also given where the member starts (its key's opening quote).
+    pub fn object_members<F>(&mut self, mut f: F) -> Result<()>
+    where
+        F: FnMut(usize, &str, &mut Cursor<'a>) -> Result<()>,
+    {
         self.expect(b'{')?;
         if self.peek() == Some(b'}') {
             self.pos += 1;
             return Ok(());
         }
         loop {
+            self.skip_ws();
+            let start = self.pos;
             let key = self.string()?;
             self.expect(b':')?;
-            f(&key, self)?;
+            f(start, &key, self)?;
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {

@@ -601,6 +601,10 @@ struct BlockOut {
     counters: CounterColumns,
     host: HostStructure,
     warnings: BTreeMap<&'static str, u64>,
+    /// Spans of an event's `args` members kept in its `args` text, and that text when some
+    /// members were left out (went whole into columns): reused from event to event.
+    args_members: Vec<(usize, usize)>,
+    args_text: String,
     n_events: u64,
     n_kernels: u64,
     n_complete: u64,
@@ -946,6 +950,7 @@ fn parse_event(
     };
     let needs_args = kind.is_gpu() || kind.is_launch() || kind == Kind::Instant;
     let mut mem: Option<MemoryInstant> = None;
+    let mut args_reduced = false;
     if let (true, Some((a, b))) = (needs_args, args) {
         let mut ac = event.sub(b, a);
         let mut device_type = None;
@@ -953,48 +958,116 @@ fn parse_event(
         let (mut allocated, mut reserved) = (None, None);
         let mut rocm_kind: Option<Cow<str>> = None;
         let mut direction: Option<Cow<str>> = None;
-        ac.object(|key, c| {
-            match key {
-                "correlation" => e.correlation = c.int_value()?,
-                "device" => e.device = c.int_value()?.map(|v| v as i32),
-                "stream" if kind.is_gpu() => e.stream = c.int_value()?,
-                "bytes" => e.bytes = c.int_value()?,
-                "registers per thread" => e.registers = c.int_value()?.map(|v| v as i32),
-                "shared memory" if kind.is_gpu() => e.shared_mem = c.int_value()?,
-                "grid" if kind.is_gpu() => {
-                    if let Some(g) = c.int_triple()? {
-                        e.grid = g.map(|v| v.map(|v| v as i32));
-                    }
+        // Members whose value went whole into a column are left out of the `args` text;
+        // `seen`: those keys met so far (a repeated one keeps the text as written).
+        let mut seen = 0u16;
+        let (mut repeated, mut dropped) = (false, false);
+        out.args_members.clear();
+        ac.object_members(|start, key, c| {
+            c.skip_ws();
+            let value_start = c.pos;
+            let plain = |c: &Cursor<'_>, digits: fn(u8) -> bool| {
+                c.text_of(value_start, c.pos)
+                    .is_some_and(|t| !t.is_empty() && t.bytes().all(digits))
+            };
+            let int = |b: u8| b.is_ascii_digit() || b == b'-';
+            let fits_i32 = |v: Option<i64>| v.is_some_and(|v| i32::try_from(v).is_ok());
+            let (column, in_column) = match key {
+                "correlation" => {
+                    e.correlation = c.int_value()?;
+                    (1, e.correlation.is_some() && plain(c, int))
                 }
-                "block" if kind.is_gpu() => {
-                    if let Some(g) = c.int_triple()? {
-                        e.block = g.map(|v| v.map(|v| v as i32));
+                "device" => {
+                    let v = c.int_value()?;
+                    e.device = v.map(|v| v as i32);
+                    (2, fits_i32(v) && plain(c, int))
+                }
+                "stream" if kind.is_gpu() => {
+                    e.stream = c.int_value()?;
+                    (3, e.stream.is_some() && plain(c, int))
+                }
+                "bytes" => {
+                    e.bytes = c.int_value()?;
+                    (4, e.bytes.is_some() && plain(c, int))
+                }
+                "registers per thread" => {
+                    let v = c.int_value()?;
+                    e.registers = v.map(|v| v as i32);
+                    (5, fits_i32(v) && plain(c, int))
+                }
+                "shared memory" if kind.is_gpu() => {
+                    e.shared_mem = c.int_value()?;
+                    (6, e.shared_mem.is_some() && plain(c, int))
+                }
+                "grid" | "block" if kind.is_gpu() => {
+                    let triple = c.int_triple()?;
+                    let exact = triple.is_some_and(|t| t.iter().all(|&v| fits_i32(v)))
+                        && plain(c, |b| {
+                            matches!(b, b'0'..=b'9' | b'-' | b',' | b'[' | b']')
+                                || b.is_ascii_whitespace()
+                        })
+                        && c.text_of(value_start, c.pos)
+                            .is_some_and(|t| t.bytes().filter(|&b| b == b',').count() == 2);
+                    if let Some(g) = triple {
+                        let g = g.map(|v| v.map(|v| v as i32));
+                        if key == "grid" {
+                            e.grid = g;
+                        } else {
+                            e.block = g;
+                        }
                     }
+                    (if key == "grid" { 7 } else { 8 }, exact)
                 }
                 "kind" if kind == Kind::Memcpy => {
                     if let Scalar::Str(s) = c.value()? {
                         rocm_kind = Some(s);
                     }
+                    (0, false)
                 }
                 // MTIA DMA: `"direction": "DEVICE_TO_HOST", "size": 1024`.
                 "direction" if kind == Kind::Memcpy => {
                     if let Scalar::Str(s) = c.value()? {
                         direction = Some(s);
                     }
+                    (0, false)
                 }
                 "size" if kind == Kind::Memcpy => {
                     e.bytes = e.bytes.or(c.int_value()?);
+                    (0, false)
                 }
-                "Device Type" => device_type = c.int_value()?,
-                "Device Id" => device_id = c.int_value()?,
-                "Total Allocated" => allocated = scalar_f64(&c.value()?),
-                "Total Reserved" => reserved = scalar_f64(&c.value()?),
+                "Device Type" => {
+                    device_type = c.int_value()?;
+                    (0, false)
+                }
+                "Device Id" => {
+                    device_id = c.int_value()?;
+                    (0, false)
+                }
+                "Total Allocated" => {
+                    allocated = scalar_f64(&c.value()?);
+                    (0, false)
+                }
+                "Total Reserved" => {
+                    reserved = scalar_f64(&c.value()?);
+                    (0, false)
+                }
                 _ => {
                     c.value()?;
+                    (0, false)
                 }
+            };
+            if column > 0 {
+                repeated |= seen & (1 << column) != 0;
+                seen |= 1 << column;
+            }
+            if in_column {
+                dropped = true;
+            } else {
+                out.args_members.push((start, c.pos));
             }
             Ok(())
         })?;
+        args_reduced = dropped && !repeated;
         if kind == Kind::Instant && (allocated.is_some() || reserved.is_some()) {
             // Device Type 0 is host memory.
             let device = match device_type {
@@ -1017,7 +1090,23 @@ fn parse_event(
         e.device = e.device.or(e.pid.map(|p| p as i32));
         e.stream = e.stream.or(e.tid);
     }
-    let raw_args = args.map(|(a, b)| event.text_of(a, b).unwrap_or("{}"));
+    let raw_args = match args {
+        Some(_) if args_reduced => {
+            let text = &mut out.args_text;
+            text.clear();
+            text.push('{');
+            for (i, &(a, b)) in out.args_members.iter().enumerate() {
+                if i > 0 {
+                    text.push_str(", ");
+                }
+                text.push_str(event.text_of(a, b).unwrap_or_default());
+            }
+            text.push('}');
+            Some(text.as_str())
+        }
+        Some((a, b)) => Some(event.text_of(a, b).unwrap_or("{}")),
+        None => None,
+    };
     let args_text: Option<Cow<str>> = match (pid.original_text(), tid.original_text(), raw_args) {
         (None, None, raw) => raw.map(Cow::Borrowed),
         (p, t, raw) => Some(Cow::Owned(with_original_ids(p, t, raw))),

@@ -242,6 +242,81 @@ fn mtia_copy_directions() {
     assert_eq!(copy_kind_of_direction("sideways"), None);
 }
 
+/// `args` keeps the members whose value is not already, exactly, in a column: a plain integer
+/// (or array of three) that went into `correlation`, `device`, `stream`, `bytes`, `registers`,
+/// `shared_mem` or the geometry is left out; strings, floats, values out of a column's range,
+/// arrays of another length, keys of other kinds' columns and repeated keys stay as written.
+#[test]
+fn args_keep_what_no_column_holds() {
+    let t = parse_str(
+        r#"{"traceEvents": [
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"External id": 3, "cbid": 211, "correlation": 7}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": {"stream": "0x0", "correlation": 8}},
+  {"ph": "X", "cat": "kernel", "name": "k_plain", "pid": 0, "tid": 7, "ts": 10, "dur": 1, "args": {"queued": 0, "device": 0, "stream": 7, "correlation": 7, "registers per thread": 32, "shared memory": 0, "grid": [
+      4096,
+      1,
+      1
+    ], "block": [128, 1, 1], "est. achieved occupancy %": 26}},
+  {"ph": "X", "cat": "kernel", "name": "k_odd", "pid": 0, "tid": 7, "ts": 20, "dur": 1, "args": {"device": "0", "stream": 7.0, "correlation": 8, "registers per thread": 4294967296, "grid": [1, 2], "block": [1, 1, 1, 1]}},
+  {"ph": "X", "cat": "kernel", "name": "k_twice", "pid": 0, "tid": 7, "ts": 30, "dur": 1, "args": {"correlation": 9, "stream": 7, "correlation": 10}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 20, "ts": 40, "dur": 1, "args": {"device": 0, "stream": 20, "correlation": 11, "bytes": 4096, "memory bandwidth (GB/s)": 1.5}},
+  {"ph": "X", "cat": "kernel", "name": "k_all", "pid": 0, "tid": 7, "ts": 50, "dur": 1, "args": {"device": 0, "correlation": 12}},
+  {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 60, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 1024}}
+]}"#,
+    )
+    .unwrap();
+    let b = resolved(t);
+    let args = strings(&b, "args");
+    let args_of = |name: &str| args[row_of(&b, name)].clone().unwrap_or_default();
+    assert_eq!(
+        args_of("cudaLaunchKernel"),
+        r#"{"External id": 3, "cbid": 211}"#
+    );
+    // A host call's stream is no column; a hex string is no plain integer either.
+    assert_eq!(args_of("hipLaunchKernel"), r#"{"stream": "0x0"}"#);
+    assert_eq!(
+        args_of("k_plain"),
+        r#"{"queued": 0, "est. achieved occupancy %": 26}"#
+    );
+    assert_eq!(
+        args_of("k_odd"),
+        r#"{"device": "0", "stream": 7.0, "registers per thread": 4294967296, "grid": [1, 2], "block": [1, 1, 1, 1]}"#
+    );
+    assert_eq!(
+        args_of("k_twice"),
+        r#"{"correlation": 9, "stream": 7, "correlation": 10}"#
+    );
+    assert_eq!(
+        args_of("Memcpy HtoD (Pageable -> Device)"),
+        r#"{"memory bandwidth (GB/s)": 1.5}"#
+    );
+    assert_eq!(args_of("k_all"), "{}");
+    assert_eq!(
+        args_of("[memory]"),
+        r#"{"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 1024}"#
+    );
+    // The columns hold what left the text.
+    let row = row_of(&b, "k_plain");
+    for (column, value) in [
+        ("device", 0),
+        ("stream", 7),
+        ("correlation", 7),
+        ("registers", 32),
+        ("shared_mem", 0),
+        ("grid_x", 4096),
+        ("grid_y", 1),
+        ("block_x", 128),
+    ] {
+        assert_eq!(ints(&b, column)[row], Some(value), "{column}");
+    }
+    let memcpy = row_of(&b, "Memcpy HtoD (Pageable -> Device)");
+    assert_eq!(ints(&b, "bytes")[memcpy], Some(4096));
+    assert_eq!(
+        ints(&b, "correlation")[row_of(&b, "cudaLaunchKernel")],
+        Some(7)
+    );
+}
+
 #[test]
 fn a_trace_without_kernels_parses() {
     let t = parse_str(r###"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}"###).unwrap();
