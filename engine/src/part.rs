@@ -510,7 +510,6 @@ mod tests {
     #[test]
     fn a_part_with_plain_text_op_and_scope_reads_in_the_current_schema() {
         use datafusion::arrow::datatypes::{Field, Schema};
-        use datafusion::parquet::arrow::arrow_writer::compute_leaves;
         use datafusion::parquet::arrow::ArrowWriter;
         let current = TableKind::Events.file_schema();
         let old = Arc::new(Schema::new(

@@ -972,33 +972,23 @@ fn parse_event(
             };
             let int = |b: u8| b.is_ascii_digit() || b == b'-';
             let fits_i32 = |v: Option<i64>| v.is_some_and(|v| i32::try_from(v).is_ok());
+            // An integer member read into a column: whether the column holds it exactly.
+            let int64 = |c: &mut Cursor<'_>, column: &mut Option<i64>| -> json::Result<bool> {
+                *column = c.int_value()?;
+                Ok(column.is_some() && plain(c, int))
+            };
+            let int32 = |c: &mut Cursor<'_>, column: &mut Option<i32>| -> json::Result<bool> {
+                let v = c.int_value()?;
+                *column = v.map(|v| v as i32);
+                Ok(fits_i32(v) && plain(c, int))
+            };
             let (column, in_column) = match key {
-                "correlation" => {
-                    e.correlation = c.int_value()?;
-                    (1, e.correlation.is_some() && plain(c, int))
-                }
-                "device" => {
-                    let v = c.int_value()?;
-                    e.device = v.map(|v| v as i32);
-                    (2, fits_i32(v) && plain(c, int))
-                }
-                "stream" if kind.is_gpu() => {
-                    e.stream = c.int_value()?;
-                    (3, e.stream.is_some() && plain(c, int))
-                }
-                "bytes" => {
-                    e.bytes = c.int_value()?;
-                    (4, e.bytes.is_some() && plain(c, int))
-                }
-                "registers per thread" => {
-                    let v = c.int_value()?;
-                    e.registers = v.map(|v| v as i32);
-                    (5, fits_i32(v) && plain(c, int))
-                }
-                "shared memory" if kind.is_gpu() => {
-                    e.shared_mem = c.int_value()?;
-                    (6, e.shared_mem.is_some() && plain(c, int))
-                }
+                "correlation" => (1, int64(c, &mut e.correlation)?),
+                "device" => (2, int32(c, &mut e.device)?),
+                "stream" if kind.is_gpu() => (3, int64(c, &mut e.stream)?),
+                "bytes" => (4, int64(c, &mut e.bytes)?),
+                "registers per thread" => (5, int32(c, &mut e.registers)?),
+                "shared memory" if kind.is_gpu() => (6, int64(c, &mut e.shared_mem)?),
                 "grid" | "block" if kind.is_gpu() => {
                     let triple = c.int_triple()?;
                     let exact = triple.is_some_and(|t| t.iter().all(|&v| fits_i32(v)))
