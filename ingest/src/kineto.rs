@@ -970,17 +970,24 @@ fn parse_event(
                 c.text_of(value_start, c.pos)
                     .is_some_and(|t| !t.is_empty() && t.bytes().all(digits))
             };
-            let int = |b: u8| b.is_ascii_digit() || b == b'-';
             let fits_i32 = |v: Option<i64>| v.is_some_and(|v| i32::try_from(v).is_ok());
-            // An integer member read into a column: whether the column holds it exactly.
+            // An integer member read into a column: whether the column holds it exactly, as
+            // it does what `plain_int` reads (plain digits); other forms stay in the text.
             let int64 = |c: &mut Cursor<'_>, column: &mut Option<i64>| -> json::Result<bool> {
+                if let Some(v) = c.plain_int() {
+                    *column = Some(v);
+                    return Ok(true);
+                }
                 *column = c.int_value()?;
-                Ok(column.is_some() && plain(c, int))
+                Ok(false)
             };
             let int32 = |c: &mut Cursor<'_>, column: &mut Option<i32>| -> json::Result<bool> {
-                let v = c.int_value()?;
-                *column = v.map(|v| v as i32);
-                Ok(fits_i32(v) && plain(c, int))
+                if let Some(v) = c.plain_int() {
+                    *column = Some(v as i32);
+                    return Ok(i32::try_from(v).is_ok());
+                }
+                *column = c.int_value()?.map(|v| v as i32);
+                Ok(false)
             };
             let (column, in_column) = match key {
                 "correlation" => (1, int64(c, &mut e.correlation)?),
