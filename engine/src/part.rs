@@ -442,15 +442,11 @@ pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Resu
         Some(props),
     )?
     .into_serialized_writer()?;
-    let mut offset = 0;
     // Row-group sized slices, so that no more than one row group is held encoded.
-    for row_group in 0.. {
-        if offset >= batch.num_rows() {
-            break;
-        }
+    let starts = (0..batch.num_rows()).step_by(ROW_GROUP_ROWS);
+    for (row_group, offset) in starts.enumerate() {
         let len = ROW_GROUP_ROWS.min(batch.num_rows() - offset);
         let slice = batch.slice(offset, len);
-        offset += len;
         // One leaf column per field: the schemas are flat.
         let chunks = columns
             .create_column_writers(row_group)?

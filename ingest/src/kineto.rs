@@ -964,13 +964,6 @@ fn parse_event(
         let (mut repeated, mut dropped) = (false, false);
         out.args_members.clear();
         ac.object_members(|start, key, c| {
-            c.skip_ws();
-            let value_start = c.pos;
-            let plain = |c: &Cursor<'_>, digits: fn(u8) -> bool| {
-                c.text_of(value_start, c.pos)
-                    .is_some_and(|t| !t.is_empty() && t.bytes().all(digits))
-            };
-            let fits_i32 = |v: Option<i64>| v.is_some_and(|v| i32::try_from(v).is_ok());
             // An integer member read into a column: whether the column holds it exactly, as
             // it does what `plain_int` reads (plain digits); other forms stay in the text.
             let int64 = |c: &mut Cursor<'_>, column: &mut Option<i64>| -> json::Result<bool> {
@@ -997,14 +990,13 @@ fn parse_event(
                 "registers per thread" => (5, int32(c, &mut e.registers)?),
                 "shared memory" if kind.is_gpu() => (6, int64(c, &mut e.shared_mem)?),
                 "grid" | "block" if kind.is_gpu() => {
+                    c.skip_ws();
+                    let value_start = c.pos;
                     let triple = c.int_triple()?;
-                    let exact = triple.is_some_and(|t| t.iter().all(|&v| fits_i32(v)))
-                        && plain(c, |b| {
-                            matches!(b, b'0'..=b'9' | b'-' | b',' | b'[' | b']')
-                                || b.is_ascii_whitespace()
-                        })
-                        && c.text_of(value_start, c.pos)
-                            .is_some_and(|t| t.bytes().filter(|&b| b == b',').count() == 2);
+                    let exact = triple.is_some_and(|t| {
+                        t.iter()
+                            .all(|&v| v.is_some_and(|v| i32::try_from(v).is_ok()))
+                    }) && c.text_of(value_start, c.pos).is_some_and(is_plain_triple);
                     if let Some(g) = triple {
                         let g = g.map(|v| v.map(|v| v as i32));
                         if key == "grid" {
@@ -1168,6 +1160,13 @@ struct MemoryInstant {
     device: Option<i32>,
     allocated: Option<f64>,
     reserved: Option<f64>,
+}
+
+/// Whether `text` is an array of exactly three plain integers (digits, `-`, whitespace).
+fn is_plain_triple(text: &str) -> bool {
+    text.bytes()
+        .all(|b| matches!(b, b'0'..=b'9' | b'-' | b',' | b'[' | b']') || b.is_ascii_whitespace())
+        && text.bytes().filter(|&b| b == b',').count() == 2
 }
 
 /// `args` with the original string pid/tid added (`{"pid": "Spans", ...}`).
