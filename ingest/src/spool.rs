@@ -2,9 +2,9 @@
 //!
 //! Attribution needs the whole file's host structure, so events wait for the end of the file.
 //! They wait as [`Frame`]s: a batch as Arrow IPC without its all-null columns, compressed
-//! with lz4 (parsed columns are small integers and repetitive JSON text, so a frame is several
-//! times smaller than its batch; zstd's better ratio cost three times the CPU), encoded a
-//! core's worth at a time in parallel. Up to a memory budget of frame bytes they wait in
+//! with lz4 in 64 KB chunks as the IPC is written (parsed columns are small integers and
+//! repetitive JSON text, so a frame is several times smaller than its batch; zstd's better
+//! ratio cost three times the CPU), encoded a core's worth at a time in parallel. Up to a memory budget of frame bytes they wait in
 //! memory; past it every frame goes to a file in the store's staging area and is read back in
 //! order. Peak memory is then the budget plus the parts being
 //! written, whatever the size of the trace.
@@ -63,6 +63,109 @@ fn checksum(header: &[u8], bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(bytes, xxhash_rust::xxh3::xxh3_64(header))
 }
 
+/// Bytes of IPC compressed as one lz4 block. The IPC writer's output is compressed as it is
+/// written, a chunk at a time while the chunk is in cache, instead of being gathered whole
+/// (tens of MB per frame, in fresh pages) and compressed afterwards. Under 64 KB, lz4 uses its
+/// table of 16-bit positions.
+const LZ4_CHUNK: usize = (64 << 10) - 1;
+
+/// An [`io::Write`] that lz4-compresses what it is given in chunks of [`LZ4_CHUNK`] bytes,
+/// each stored as its compressed length (u32, little-endian) and its block.
+struct Lz4Chunks {
+    pending: Vec<u8>,
+    block: Vec<u8>,
+    table: lz4_flex::block::CompressTable,
+    out: Vec<u8>,
+    written: usize,
+}
+
+impl Lz4Chunks {
+    fn new(expected_out: usize) -> Lz4Chunks {
+        Lz4Chunks {
+            pending: Vec::with_capacity(LZ4_CHUNK),
+            block: vec![0; lz4_flex::block::get_maximum_output_size(LZ4_CHUNK)],
+            table: lz4_flex::block::CompressTable::small(),
+            out: Vec::with_capacity(expected_out),
+            written: 0,
+        }
+    }
+
+    fn compress(&mut self, chunk: &[u8]) -> io::Result<()> {
+        let n = lz4_flex::block::compress_into_with_table(chunk, &mut self.block, &mut self.table)
+            .map_err(other)?;
+        self.out.extend_from_slice(&(n as u32).to_le_bytes());
+        self.out.extend_from_slice(&self.block[..n]);
+        self.written += chunk.len();
+        Ok(())
+    }
+
+    /// The uncompressed length and the chunks.
+    fn finish(mut self) -> io::Result<(usize, Vec<u8>)> {
+        if !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            self.compress(&pending)?;
+        }
+        self.out.shrink_to_fit();
+        Ok((self.written, self.out))
+    }
+}
+
+impl Write for Lz4Chunks {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut rest = buf;
+        while !rest.is_empty() {
+            if self.pending.is_empty() && rest.len() >= LZ4_CHUNK {
+                // Whole chunks of a large buffer are compressed where they are.
+                let (chunk, tail) = rest.split_at(LZ4_CHUNK);
+                self.compress(chunk)?;
+                rest = tail;
+                continue;
+            }
+            let take = (LZ4_CHUNK - self.pending.len()).min(rest.len());
+            self.pending.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if self.pending.len() == LZ4_CHUNK {
+                let pending = std::mem::take(&mut self.pending);
+                self.compress(&pending)?;
+                self.pending = pending;
+                self.pending.clear();
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The `len` bytes that [`Lz4Chunks`] compressed into `bytes`.
+fn lz4_chunks_decompress(bytes: &[u8], len: usize) -> io::Result<Vec<u8>> {
+    let damaged =
+        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("spool frame: {what}"));
+    let mut out = vec![0u8; len];
+    let (mut at, mut rest) = (0, bytes);
+    while at < len {
+        let (head, tail) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| damaged("cut short"))?;
+        let n = u32::from_le_bytes(*head) as usize;
+        let block = tail.get(..n).ok_or_else(|| damaged("cut short"))?;
+        let end = (at + LZ4_CHUNK).min(len);
+        let got = lz4_flex::block::decompress_into(block, &mut out[at..end])
+            .map_err(|e| damaged(&e.to_string()))?;
+        if got != end - at {
+            return Err(damaged("a chunk of the wrong length"));
+        }
+        at = end;
+        rest = &tail[n..];
+    }
+    if !rest.is_empty() {
+        return Err(damaged("bytes after the last chunk"));
+    }
+    Ok(out)
+}
+
 impl Frame {
     pub fn encode(batch: &RecordBatch) -> io::Result<Frame> {
         let schema = batch.schema();
@@ -79,16 +182,15 @@ impl Frame {
             }
         }
         let projected = batch.project(&kept).map_err(other)?;
-        let mut ipc = Vec::with_capacity(projected.get_array_memory_size());
-        let mut w = StreamWriter::try_new(&mut ipc, &projected.schema()).map_err(other)?;
+        let mut sink = Lz4Chunks::new(projected.get_array_memory_size() / 3);
+        let mut w = StreamWriter::try_new(&mut sink, &projected.schema()).map_err(other)?;
         w.write(&projected).map_err(other)?;
         w.finish().map_err(other)?;
         drop(w);
-        let mut bytes = lz4_flex::block::compress(&ipc);
-        bytes.shrink_to_fit();
+        let (ipc_len, bytes) = sink.finish()?;
         Ok(Frame {
             rows,
-            ipc_len: ipc.len(),
+            ipc_len,
             present,
             schema,
             bytes,
@@ -100,8 +202,7 @@ impl Frame {
     }
 
     pub fn decode(&self) -> io::Result<RecordBatch> {
-        let ipc = lz4_flex::block::decompress(&self.bytes, self.ipc_len)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let ipc = lz4_chunks_decompress(&self.bytes, self.ipc_len)?;
         // The batch's buffers are slices of the decompressed bytes: no further copy.
         let mut buffer = Buffer::from_vec(ipc);
         let mut decoder = StreamDecoder::new();
@@ -674,6 +775,64 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn lz4_chunks_give_back_what_was_written_in_any_pieces() {
+        // Bytes that compress (repeated text) and bytes that do not (a xorshift stream).
+        let mut x = 88172645463325252u64;
+        let mut data: Vec<u8> = b"{\"External id\": 12, \"cbid\": 211}, ".repeat(9000);
+        data.extend((0..200_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        }));
+        let lens = [
+            0,
+            1,
+            7,
+            LZ4_CHUNK - 1,
+            LZ4_CHUNK,
+            LZ4_CHUNK + 1,
+            3 * LZ4_CHUNK,
+            data.len(),
+        ];
+        for len in lens {
+            for piece in [1usize, 1000, LZ4_CHUNK, 5 * LZ4_CHUNK] {
+                let want = &data[..len];
+                let mut sink = Lz4Chunks::new(0);
+                for part in want.chunks(piece) {
+                    sink.write_all(part).unwrap();
+                }
+                let (n, bytes) = sink.finish().unwrap();
+                assert_eq!(n, len);
+                assert_eq!(
+                    lz4_chunks_decompress(&bytes, n).unwrap(),
+                    want,
+                    "{len} by {piece}"
+                );
+                if len > 0 {
+                    // Cut short, a wrong length or trailing bytes: errors, not a wrong result.
+                    assert!(lz4_chunks_decompress(&bytes[..bytes.len() - 1], n).is_err());
+                    assert!(lz4_chunks_decompress(&bytes, n - 1).is_err());
+                    let mut longer = bytes.clone();
+                    longer.push(0);
+                    assert!(lz4_chunks_decompress(&longer, n).is_err());
+                }
+            }
+        }
+        // The repeated text compresses (as one block per chunk, not much worse than whole).
+        let text = &data[..data.len() - 200_000];
+        let mut sink = Lz4Chunks::new(0);
+        sink.write_all(text).unwrap();
+        let (_, bytes) = sink.finish().unwrap();
+        assert!(
+            bytes.len() < text.len() / 10,
+            "{} of {}",
+            bytes.len(),
+            text.len()
+        );
     }
 
     #[test]
