@@ -4,10 +4,10 @@
 //! They wait as [`Frame`]s: a batch as Arrow IPC without its all-null columns, compressed
 //! with lz4 in 64 KB chunks as the IPC is written (parsed columns are small integers and
 //! repetitive JSON text, so a frame is several times smaller than its batch; zstd's better
-//! ratio cost three times the CPU), encoded a core's worth at a time in parallel. Up to a memory budget of frame bytes they wait in
-//! memory; past it every frame goes to a file in the store's staging area and is read back in
-//! order. Peak memory is then the budget plus the parts being
-//! written, whatever the size of the trace.
+//! ratio cost three times the CPU), encoded a core's worth at a time in parallel. Up to a
+//! memory budget of frame bytes they wait in memory; past it every frame goes to a file in the
+//! store's staging area and is read back in order. Peak memory is then the budget plus the
+//! parts being written, whatever the size of the trace.
 //!
 //! An Nsight Systems export skips the wait for its GPU tables: they are read after the host
 //! tables, when their launches are known, and go straight to attribution and Parquet parts
@@ -72,41 +72,52 @@ const LZ4_CHUNK: usize = (64 << 10) - 1;
 /// An [`io::Write`] that lz4-compresses what it is given in chunks of [`LZ4_CHUNK`] bytes,
 /// each stored as its compressed length (u32, little-endian) and its block.
 struct Lz4Chunks {
+    /// The start of the next chunk, when it came in smaller pieces.
     pending: Vec<u8>,
+    compressed: Compressed,
+}
+
+/// The chunks compressed so far.
+struct Compressed {
     block: Vec<u8>,
     table: lz4_flex::block::CompressTable,
     out: Vec<u8>,
-    written: usize,
+    /// Uncompressed bytes in `out`.
+    len: usize,
+}
+
+impl Compressed {
+    fn push(&mut self, chunk: &[u8]) -> io::Result<()> {
+        let n = lz4_flex::block::compress_into_with_table(chunk, &mut self.block, &mut self.table)
+            .map_err(other)?;
+        self.out.extend_from_slice(&(n as u32).to_le_bytes());
+        self.out.extend_from_slice(&self.block[..n]);
+        self.len += chunk.len();
+        Ok(())
+    }
 }
 
 impl Lz4Chunks {
     fn new(expected_out: usize) -> Lz4Chunks {
         Lz4Chunks {
             pending: Vec::with_capacity(LZ4_CHUNK),
-            block: vec![0; lz4_flex::block::get_maximum_output_size(LZ4_CHUNK)],
-            table: lz4_flex::block::CompressTable::small(),
-            out: Vec::with_capacity(expected_out),
-            written: 0,
+            compressed: Compressed {
+                block: vec![0; lz4_flex::block::get_maximum_output_size(LZ4_CHUNK)],
+                table: lz4_flex::block::CompressTable::small(),
+                out: Vec::with_capacity(expected_out),
+                len: 0,
+            },
         }
-    }
-
-    fn compress(&mut self, chunk: &[u8]) -> io::Result<()> {
-        let n = lz4_flex::block::compress_into_with_table(chunk, &mut self.block, &mut self.table)
-            .map_err(other)?;
-        self.out.extend_from_slice(&(n as u32).to_le_bytes());
-        self.out.extend_from_slice(&self.block[..n]);
-        self.written += chunk.len();
-        Ok(())
     }
 
     /// The uncompressed length and the chunks.
     fn finish(mut self) -> io::Result<(usize, Vec<u8>)> {
         if !self.pending.is_empty() {
-            let pending = std::mem::take(&mut self.pending);
-            self.compress(&pending)?;
+            self.compressed.push(&self.pending)?;
         }
-        self.out.shrink_to_fit();
-        Ok((self.written, self.out))
+        let Compressed { mut out, len, .. } = self.compressed;
+        out.shrink_to_fit();
+        Ok((len, out))
     }
 }
 
@@ -117,7 +128,7 @@ impl Write for Lz4Chunks {
             if self.pending.is_empty() && rest.len() >= LZ4_CHUNK {
                 // Whole chunks of a large buffer are compressed where they are.
                 let (chunk, tail) = rest.split_at(LZ4_CHUNK);
-                self.compress(chunk)?;
+                self.compressed.push(chunk)?;
                 rest = tail;
                 continue;
             }
@@ -125,9 +136,7 @@ impl Write for Lz4Chunks {
             self.pending.extend_from_slice(&rest[..take]);
             rest = &rest[take..];
             if self.pending.len() == LZ4_CHUNK {
-                let pending = std::mem::take(&mut self.pending);
-                self.compress(&pending)?;
-                self.pending = pending;
+                self.compressed.push(&self.pending)?;
                 self.pending.clear();
             }
         }
