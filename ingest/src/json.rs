@@ -424,6 +424,35 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Reads `[x, y, z]` of three plain integers (as [`Cursor::plain_int`] reads them) in one
+    /// pass, the cursor then after the `]`; `None`, the cursor where it was, for any other
+    /// value, which [`Cursor::int_triple`] then reads. Launch geometry is written this way in
+    /// every trace, twice per kernel.
+    pub fn plain_int_triple(&mut self) -> Option<[i64; 3]> {
+        let start = self.pos;
+        let triple = self.plain_int_triple_from_here();
+        if triple.is_none() {
+            self.pos = start;
+        }
+        triple
+    }
+
+    fn plain_int_triple_from_here(&mut self) -> Option<[i64; 3]> {
+        if self.peek()? != b'[' {
+            return None;
+        }
+        self.pos += 1;
+        let mut triple = [0; 3];
+        for (i, value) in triple.iter_mut().enumerate() {
+            *value = self.plain_int()?;
+            if self.peek()? != if i < 2 { b',' } else { b']' } {
+                return None;
+            }
+            self.pos += 1;
+        }
+        Some(triple)
+    }
+
     /// Reads an array of up to three integers (`[132, 1, 1]`).
     pub fn int_triple(&mut self) -> Result<Option<[Option<i64>; 3]>> {
         match self.value()? {
@@ -1349,5 +1378,42 @@ mod tests {
         assert_eq!(parse_int_text("PyTorch Profiler"), None);
         let mut c = Cursor::new(b"[132, 1, 1]");
         assert_eq!(c.int_triple().unwrap(), Some([Some(132), Some(1), Some(1)]));
+    }
+
+    /// The one-pass triple takes exactly the plain `[x, y, z]` forms, with the values and end
+    /// that the general reader finds; anything else leaves the cursor where it was.
+    #[test]
+    fn plain_int_triples_are_read_in_one_pass_and_others_left_alone() {
+        for (text, want) in [
+            (&b"[132, 1, 1],"[..], Some([132, 1, 1])),
+            (b" [ 6144 ,1,\n 1 ] }", Some([6144, 1, 1])),
+            (b"[-1, 0, 2147483648]", Some([-1, 0, 2147483648])),
+            (b"[1, 2]", None),
+            (b"[1, 2, 3, 4]", None),
+            (b"[1, 2, 3,]", None),
+            (b"[1.0, 2, 3]", None),
+            (b"[1e3, 2, 3]", None),
+            (b"[\"1\", 2, 3]", None),
+            (b"[1, 2, null]", None),
+            (b"[1234567890123456789, 1, 1]", None),
+            (b"[-, 1, 1]", None),
+            (b"[1, 2, 3", None),
+            (b"{\"x\": 1}", None),
+            (b"7", None),
+        ] {
+            let shown = String::from_utf8_lossy(text);
+            let mut c = Cursor::new(text);
+            let got = c.plain_int_triple();
+            assert_eq!(got, want, "{shown}");
+            match got {
+                Some(t) => {
+                    let mut general = Cursor::new(text);
+                    let g = general.int_triple().unwrap();
+                    assert_eq!(g, Some(t.map(Some)), "{shown}");
+                    assert_eq!(c.pos, general.pos, "{shown}");
+                }
+                None => assert_eq!(c.pos, 0, "{shown}"),
+            }
+        }
     }
 }

@@ -1001,13 +1001,23 @@ fn parse_event(
                 "registers per thread" => (5, int32(c, &mut e.registers)?),
                 "shared memory" if kind.is_gpu() => (6, int64(c, &mut e.shared_mem)?),
                 "grid" | "block" if kind.is_gpu() => {
-                    c.skip_ws();
-                    let value_start = c.pos;
-                    let triple = c.int_triple()?;
-                    let exact = triple.is_some_and(|t| {
-                        t.iter()
-                            .all(|&v| v.is_some_and(|v| i32::try_from(v).is_ok()))
-                    }) && c.text_of(value_start, c.pos).is_some_and(is_plain_triple);
+                    let (triple, exact) = match c.plain_int_triple() {
+                        Some(t) => (
+                            Some(t.map(Some)),
+                            t.iter().all(|&v| i32::try_from(v).is_ok()),
+                        ),
+                        None => {
+                            c.skip_ws();
+                            let value_start = c.pos;
+                            let triple = c.int_triple()?;
+                            let exact =
+                                triple.is_some_and(|t| {
+                                    t.iter()
+                                        .all(|&v| v.is_some_and(|v| i32::try_from(v).is_ok()))
+                                }) && c.text_of(value_start, c.pos).is_some_and(is_plain_triple);
+                            (triple, exact)
+                        }
+                    };
                     if let Some(g) = triple {
                         let g = g.map(|v| v.map(|v| v as i32));
                         if key == "grid" {
