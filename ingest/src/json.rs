@@ -429,27 +429,21 @@ impl<'a> Cursor<'a> {
     /// value, which [`Cursor::int_triple`] then reads. Launch geometry is written this way in
     /// every trace, twice per kernel.
     pub fn plain_int_triple(&mut self) -> Option<[i64; 3]> {
-        let start = self.pos;
-        let triple = self.plain_int_triple_from_here();
-        if triple.is_none() {
-            self.pos = start;
-        }
-        triple
-    }
-
-    fn plain_int_triple_from_here(&mut self) -> Option<[i64; 3]> {
-        if self.peek()? != b'[' {
+        // Read on a copy, which replaces the cursor only once the whole triple is read.
+        let mut c = *self;
+        if c.peek()? != b'[' {
             return None;
         }
-        self.pos += 1;
+        c.pos += 1;
         let mut triple = [0; 3];
         for (i, value) in triple.iter_mut().enumerate() {
-            *value = self.plain_int()?;
-            if self.peek()? != if i < 2 { b',' } else { b']' } {
+            *value = c.plain_int()?;
+            if c.peek()? != if i < 2 { b',' } else { b']' } {
                 return None;
             }
-            self.pos += 1;
+            c.pos += 1;
         }
+        *self = c;
         Some(triple)
     }
 
