@@ -3,14 +3,39 @@
 
 use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, DictionaryArray, Float64Builder, Int32Array,
-    Int32Builder, Int64Array, Int64Builder, PrimitiveArray, PrimitiveBuilder, RecordBatch,
-    StringArray, StringBuilder, StringDictionaryBuilder,
+    Int32Builder, Int64Array, Int64Builder, PrimitiveBuilder, RecordBatch, StringArray,
+    StringBuilder, StringDictionaryBuilder,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{ArrowPrimitiveType, Int32Type, Int64Type};
+use datafusion::arrow::datatypes::{ArrowPrimitiveType, DataType, Int32Type, Int64Type};
 use gpuq_engine::schema::{self, TableKind};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Rows of the shared all-null arrays [`null_column`] slices: more than a parse task's batch.
+const SHARED_NULL_ROWS: usize = 1 << 16;
+
+/// An all-null column of `len` rows. Most columns of a parsed batch are null in every row (a
+/// host batch has no device, stream, geometry, bytes; `rank`, `step` and `op` come later), in
+/// every batch and again when a spool frame is decoded: up to [`SHARED_NULL_ROWS`] rows they
+/// are slices of one array per type, instead of zeroed buffers allocated for each batch.
+pub fn null_column(data_type: &DataType, len: usize) -> ArrayRef {
+    static SHARED: Mutex<Vec<ArrayRef>> = Mutex::new(Vec::new());
+    if len > SHARED_NULL_ROWS {
+        return new_null_array(data_type, len);
+    }
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    let array = match shared.iter().find(|a| a.data_type() == data_type) {
+        Some(a) => a.clone(),
+        None => {
+            let a = new_null_array(data_type, SHARED_NULL_ROWS);
+            shared.push(a.clone());
+            a
+        }
+    };
+    drop(shared);
+    array.slice(0, len)
+}
 
 /// Index of each kind in [`schema::KINDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,7 +154,7 @@ impl<T: ArrowPrimitiveType> LazyBuilder for PrimitiveBuilder<T> {
         Arc::new(PrimitiveBuilder::finish(self))
     }
     fn nulls(len: usize) -> ArrayRef {
-        Arc::new(PrimitiveArray::<T>::new_null(len))
+        null_column(&T::DATA_TYPE, len)
     }
 }
 
@@ -148,7 +173,7 @@ impl LazyBuilder for StringBuilder {
         Arc::new(StringBuilder::finish(self))
     }
     fn nulls(len: usize) -> ArrayRef {
-        Arc::new(StringArray::new_null(len))
+        null_column(&DataType::Utf8, len)
     }
 }
 
@@ -240,7 +265,7 @@ impl DictColumn {
 /// A text column as a dictionary; one null in every row stays a plain null column.
 fn dictionary(column: ArrayRef) -> ArrayRef {
     if column.null_count() == column.len() {
-        return new_null_array(&schema::dictionary_type(), column.len());
+        return null_column(&schema::dictionary_type(), column.len());
     }
     cast(&column, &schema::dictionary_type()).expect("text casts to a dictionary")
 }
@@ -352,8 +377,8 @@ impl EventColumns {
             DictionaryArray::<Int32Type>::try_new(Int32Array::from(self.kind), Arc::new(kinds))
                 .expect("kind codes index KINDS");
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int32Array::new_null(n)),
-            Arc::new(Int64Array::new_null(n)),
+            null_column(&DataType::Int32, n),
+            null_column(&DataType::Int64, n),
             self.device.finish(),
             self.stream.finish(),
             self.pid.finish(),
@@ -363,7 +388,7 @@ impl EventColumns {
             Arc::new(Int64Array::from(self.ts)),
             Arc::new(Int64Array::from(self.dur)),
             self.correlation.finish(),
-            new_null_array(&schema::dictionary_type(), n),
+            null_column(&schema::dictionary_type(), n),
             dictionary(self.scope.finish()),
             self.bytes.finish(),
             self.copy_kind.finish(),
@@ -413,7 +438,7 @@ impl CounterColumns {
 
     pub fn finish(mut self) -> RecordBatch {
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(datafusion::arrow::array::Int32Array::new_null(self.len)),
+            null_column(&DataType::Int32, self.len),
             Arc::new(self.device.finish()),
             Arc::new(self.pid.finish()),
             Arc::new(self.name.finish()),
@@ -714,3 +739,35 @@ pub fn profiler_step_number(name: &str) -> Option<i64> {
 // The attribution index is held for a whole trace file: keep its entries small.
 const _: () = assert!(std::mem::size_of::<HostInterval>() == 24);
 const _: () = assert!(std::mem::size_of::<Launch>() == 24);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_columns_are_all_null_of_the_asked_type_and_length_and_share_their_buffers() {
+        let types = [
+            DataType::Int32,
+            DataType::Int64,
+            DataType::Utf8,
+            schema::dictionary_type(),
+        ];
+        for data_type in &types {
+            for len in [0, 1, 7, 12_345, SHARED_NULL_ROWS, SHARED_NULL_ROWS + 1] {
+                let column = null_column(data_type, len);
+                assert_eq!(column.data_type(), data_type);
+                assert_eq!(column.len(), len);
+                assert_eq!(column.logical_null_count(), len, "{data_type} x {len}");
+            }
+        }
+        // Up to the shared length, slices of one array: no buffer of their own.
+        let (a, b) = (
+            null_column(&DataType::Int64, 10),
+            null_column(&DataType::Int64, 20),
+        );
+        let values = |c: &ArrayRef| c.as_primitive::<Int64Type>().values().inner().as_ptr();
+        assert_eq!(values(&a), values(&b));
+        let long = null_column(&DataType::Int64, SHARED_NULL_ROWS + 1);
+        assert_ne!(values(&long), values(&a));
+    }
+}

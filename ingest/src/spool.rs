@@ -18,9 +18,7 @@
 //! ([`Spool::into_replay`]): its host rows go to a second spool by window of time (chosen
 //! from a [`RowSample`]), then its GPU rows are attributed.
 
-use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::kernels::aggregate;
 use datafusion::arrow::compute::take_record_batch;
@@ -246,7 +244,7 @@ impl Frame {
                 })?;
                 columns.push(column.clone());
             } else {
-                columns.push(new_null_array(field.data_type(), self.rows));
+                columns.push(crate::events::null_column(field.data_type(), self.rows));
             }
         }
         RecordBatch::try_new(self.schema.clone(), columns)
@@ -762,7 +760,7 @@ impl Windows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{Int64Array, StringDictionaryBuilder};
+    use datafusion::arrow::array::{new_null_array, Int64Array, StringDictionaryBuilder};
     use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema};
     use std::sync::Arc;
 
