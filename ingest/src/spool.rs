@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
 /// Default budget of frame (compressed) bytes held in memory: about 1.2 GB of parsed events,
 /// the frames of a ~1.3 GB Kineto trace. Spilling costs little CPU but not nothing: with a
@@ -308,8 +309,12 @@ impl Frame {
 /// Where the first window starts: before every (process, time), a null pid included.
 const FIRST_WINDOW: (i64, i64) = (i64::MIN, i64::MIN);
 
+/// Cores to encode frames on, found once: `available_parallelism` reads the affinity mask and
+/// the cgroup's CPU quota files each time (about 20 system calls), and every push asks.
 fn cores() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+    static CORES: LazyLock<usize> =
+        LazyLock::new(|| std::thread::available_parallelism().map_or(2, |n| n.get().max(2)));
+    *CORES
 }
 
 pub struct Spool {
