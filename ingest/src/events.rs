@@ -19,7 +19,7 @@ const SHARED_NULL_ROWS: usize = 1 << 16;
 /// host batch has no device, stream, geometry, bytes; `rank`, `step` and `op` come later), in
 /// every batch and again when a spool frame is decoded: up to [`SHARED_NULL_ROWS`] rows they
 /// are slices of one array per type, instead of zeroed buffers allocated for each batch.
-pub fn null_column(data_type: &DataType, len: usize) -> ArrayRef {
+pub(crate) fn null_column(data_type: &DataType, len: usize) -> ArrayRef {
     static SHARED: Mutex<Vec<ArrayRef>> = Mutex::new(Vec::new());
     if len > SHARED_NULL_ROWS {
         return new_null_array(data_type, len);
