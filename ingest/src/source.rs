@@ -5,7 +5,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use twox_hash::XxHash3_128 as Xxh3;
+use twox_hash::XxHash3_128;
 
 /// Input formats gpuq can ingest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,7 +145,7 @@ fn decompress(r: Box<dyn Read + Send>, c: Compression) -> std::io::Result<Box<dy
 struct Tap<R> {
     inner: R,
     read: Arc<AtomicU64>,
-    hasher: Arc<Mutex<Xxh3>>,
+    hasher: Arc<Mutex<XxHash3_128>>,
 }
 
 impl<R: Read> Read for Tap<R> {
@@ -166,7 +166,7 @@ pub struct Source {
     pub compression: Compression,
     pub format: Format,
     read: Arc<AtomicU64>,
-    hasher: Arc<Mutex<Xxh3>>,
+    hasher: Arc<Mutex<XxHash3_128>>,
 }
 
 impl Source {
@@ -187,7 +187,7 @@ impl Source {
             compression,
             format,
             read: Arc::new(AtomicU64::new(0)),
-            hasher: Arc::new(Mutex::new(Xxh3::new())),
+            hasher: Arc::new(Mutex::new(XxHash3_128::new())),
         })
     }
 
@@ -212,7 +212,7 @@ impl Source {
     pub fn hash(&self) -> std::io::Result<String> {
         if self.files.len() > 1 {
             // A hash of the files' hashes, in name order.
-            let mut h = Xxh3::new();
+            let mut h = XxHash3_128::new();
             for f in &self.files {
                 h.write(hash_file(f)?.as_bytes());
             }
@@ -228,14 +228,14 @@ impl Source {
 /// A content hash as stored: XXH3-128, 32 hex digits, as `xxhsum -H2` prints it. Not a
 /// cryptographic hash (BLAKE3 cost four times the CPU: 5 % of an ingest): it tells apart
 /// files of equal size, which is all de-duplication asks of it.
-fn hex(h: &Xxh3) -> String {
+fn hex(h: &XxHash3_128) -> String {
     format!("{:032x}", h.finish_128())
 }
 
 /// [`hex`] of a whole file.
 pub fn hash_file(path: &Path) -> std::io::Result<String> {
     let mut file = File::open(path)?;
-    let mut h = Xxh3::new();
+    let mut h = XxHash3_128::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         match file.read(&mut buf) {
@@ -362,7 +362,7 @@ mod tests {
             compression: Compression::None,
             format: Format::Kineto,
             read: Arc::new(AtomicU64::new(0)),
-            hasher: Arc::new(Mutex::new(Xxh3::new())),
+            hasher: Arc::new(Mutex::new(XxHash3_128::new())),
         };
         let mut read = Vec::new();
         source.reader().unwrap().read_to_end(&mut read).unwrap();

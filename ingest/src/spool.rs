@@ -32,6 +32,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::LazyLock;
+use twox_hash::XxHash3_64;
 
 /// Default budget of frame (compressed) bytes held in memory: about 1.2 GB of parsed events,
 /// the frames of a ~1.3 GB Kineto trace. Spilling costs little CPU but not nothing: with a
@@ -62,7 +63,6 @@ pub struct Frame {
 /// lz4 blocks carry no checksum, and a damaged spill file must be an error, not a wrong batch
 /// or an allocation of a damaged length. Frames held in memory need none.
 fn checksum(header: &[u8], bytes: &[u8]) -> u64 {
-    use twox_hash::XxHash3_64;
     XxHash3_64::oneshot_with_seed(XxHash3_64::oneshot(header), bytes)
 }
 
