@@ -70,6 +70,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     format,
                     max_rows: maxrows,
                     timing: false,
+                    expanded: crate::output::Expanded::Off,
                 },
                 &mut std::io::stdout(),
             )
@@ -86,6 +87,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Top { run, limit, format } => {
             let limit = limit.map(|n| Some(n as i64));
             let sql = analyses::select_sql("top_kernels", &run, &[limit.flatten()]);
+            let sql = if format == OutputFormat::Table {
+                format!(
+                    "SELECT name, time_pct, fmt_dur(total) AS total, instances, fmt_dur(avg) AS avg, \
+                     fmt_dur(med) AS med, fmt_dur(min) AS min, fmt_dur(max) AS max, \
+                     fmt_dur(stddev) AS stddev, class, top_op, busy_pct FROM ({sql})"
+                )
+            } else {
+                sql
+            };
             analysis(&store_path, &run, &sql, format).await
         }
         Command::Gaps {
@@ -107,8 +117,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let sql = analyses::select_sql("gpu_util", &run, &[Some(chunks), threshold]);
             let sql = if format == OutputFormat::Table {
                 format!(
-                    "SELECT rank, pid, device, ts, fmt_dur(dur) AS duration, in_use_pct \
-                     FROM ({sql}) ORDER BY rank, pid, device, ts"
+                    "SELECT rank, pid, device, ts, {}, fmt_dur(dur) AS duration, in_use_pct \
+                     FROM ({sql}) CROSS JOIN ({}) ORDER BY rank, pid, device, ts",
+                    since_start("ts"),
+                    run_start_sql(&run)
                 )
             } else {
                 sql
@@ -153,8 +165,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 format!(
                     "SELECT rank, kind, name, instances, fmt_dur(wall) AS wall, share_pct, \
                      fmt_dur(gpu_busy) AS gpu_busy, gpu_busy_pct FROM ({stages}); \
-                     SELECT rank, step, fmt_dur(dur) AS duration, fmt_dur(gpu_busy) AS gpu_busy, \
-                     idle_pct, kernels, vs_median, top_kernel FROM ({steps}) ORDER BY rank, step"
+                     SELECT rank, step, ts, {}, fmt_dur(dur) AS duration, \
+                     fmt_dur(gpu_busy) AS gpu_busy, idle_pct, kernels, vs_median, top_kernel \
+                     FROM ({steps}) CROSS JOIN ({}) ORDER BY rank, step",
+                    since_start("ts"),
+                    run_start_sql(&run)
                 )
             } else {
                 format!("{stages}; {steps}")
@@ -321,9 +336,30 @@ fn gaps_sql(
         "SELECT {keys}, cause, count(*) AS gaps, fmt_dur(sum(dur)) AS total, \
            round(100.0 * sum(dur) / sum(sum(dur)) OVER (PARTITION BY {keys}), 1) AS pct_of_idle \
          FROM ({gaps}) GROUP BY {keys}, cause ORDER BY {keys}, sum(dur) DESC; \
-         SELECT {keys}, ts, fmt_dur(dur) AS duration, cause,{detail} next_name \
-         FROM ({gaps}) ORDER BY dur DESC, {keys}, ts LIMIT {}",
+         SELECT {keys}, ts, {}, fmt_dur(dur) AS duration, cause,{detail} next_name \
+         FROM ({gaps}) CROSS JOIN ({}) ORDER BY dur DESC, {keys}, ts LIMIT {}",
+        since_start("ts"),
+        run_start_sql(run),
         limit.unwrap_or(20)
+    )
+}
+
+/// One row, `run_start`: where `run`'s offsets count from (its first timestamp).
+fn run_start_sql(run: &str) -> String {
+    format!(
+        "SELECT first_ts AS run_start FROM runs WHERE run = {}",
+        analyses::literal(run)
+    )
+}
+
+/// `since_start`: how far timestamp column `ts` is into the run, in seconds to the microsecond
+/// (`+1.234567 s`), printed beside the absolute value so a moment can be found in a trace
+/// viewer. Integer arithmetic: no rounding of the nanoseconds before the cut.
+fn since_start(ts: &str) -> String {
+    let d = format!("({ts} - run_start)");
+    format!(
+        "CASE WHEN {d} < 0 THEN '-' ELSE '+' END || CAST(abs({d}) / 1000000000 AS VARCHAR) || '.' \
+         || lpad(CAST(abs({d}) % 1000000000 / 1000 AS VARCHAR), 6, '0') || ' s' AS since_start"
     )
 }
 

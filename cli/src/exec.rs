@@ -1,11 +1,15 @@
 //! Running SQL text: statements split by the SQL parser, executed one by one.
 
 use crate::args::{MaxRows, OutputFormat};
-use crate::output;
+use crate::output::{self, Expanded, Layout};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer};
+use std::borrow::Cow;
 use std::io::Write;
 use std::time::Instant;
 
@@ -22,11 +26,66 @@ pub fn one_line(e: &dyn std::fmt::Display) -> String {
 
 /// Splits SQL text into statements (quotes and comments respected).
 pub fn split_statements(sql: &str) -> Result<Vec<Statement>, String> {
-    let statements = DFParser::parse_sql(sql).map_err(|e| one_line(&e))?;
+    let sql = select_all_when_from_first(sql);
+    let statements = DFParser::parse_sql(&sql).map_err(|e| one_line(&e))?;
     Ok(statements.into_iter().collect())
 }
 
-/// Runs one statement and collects its result.
+/// DuckDB's FROM-first form without SELECT (`FROM runs WHERE ...`) selects every column:
+/// `SELECT * ` goes before a statement's leading FROM when the statement has no SELECT of its
+/// own (subqueries aside). The parser alone would refuse `FROM t WHERE ...` and take `FROM t`
+/// for a query of no columns.
+fn select_all_when_from_first(sql: &str) -> Cow<'_, str> {
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location() else {
+        return Cow::Borrowed(sql);
+    };
+    let mut inserts: Vec<Location> = Vec::new();
+    let (mut at_start, mut leading_from, mut has_select, mut depth) = (true, None, false, 0i32);
+    let mut end_statement = |leading_from: &mut Option<Location>, has_select: bool| {
+        if let (Some(at), false) = (leading_from.take(), has_select) {
+            inserts.push(at);
+        }
+    };
+    for t in &tokens {
+        match &t.token {
+            Token::Whitespace(_) => continue,
+            Token::SemiColon if depth == 0 => {
+                end_statement(&mut leading_from, has_select);
+                (at_start, has_select) = (true, false);
+                continue;
+            }
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Word(w) if at_start && w.keyword == Keyword::FROM => {
+                leading_from = Some(t.span.start)
+            }
+            Token::Word(w) if depth == 0 && w.keyword == Keyword::SELECT => has_select = true,
+            _ => {}
+        }
+        at_start = false;
+    }
+    end_statement(&mut leading_from, has_select);
+    if inserts.is_empty() {
+        return Cow::Borrowed(sql);
+    }
+    // Locations are 1-based lines and characters.
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let mut out = sql.to_string();
+    for at in inserts.iter().rev() {
+        let line = line_starts[(at.line as usize).saturating_sub(1)];
+        let offset = sql[line..]
+            .char_indices()
+            .nth((at.column as usize).saturating_sub(1))
+            .map_or(sql.len(), |(i, _)| line + i);
+        out.insert_str(offset, "SELECT * ");
+    }
+    Cow::Owned(out)
+}
+
+/// Runs one statement and collects its result; dropping the future stops its work (see
+/// [`crate::cancel`]).
 pub async fn run_statement(
     ctx: &SessionContext,
     stmt: Statement,
@@ -34,7 +93,10 @@ pub async fn run_statement(
     let plan = ctx.state().statement_to_plan(stmt).await?;
     let df = ctx.execute_logical_plan(plan).await?;
     let schema = df.schema().inner().clone();
-    let batches = df.collect().await?;
+    let task = std::sync::Arc::new(df.task_ctx());
+    // Operators that pause regularly, so that a cancelled statement stops working.
+    let plan = crate::cancel::yielding(df.create_physical_plan().await?)?;
+    let batches = datafusion::physical_plan::collect(plan, task).await?;
     Ok((schema, batches))
 }
 
@@ -46,6 +108,8 @@ pub struct Show {
     pub max_rows: MaxRows,
     /// Print "N row(s) in X s" after each statement (to stderr).
     pub timing: bool,
+    /// Tables one column per line (`\x`).
+    pub expanded: Expanded,
 }
 
 impl From<OutputFormat> for Show {
@@ -55,6 +119,7 @@ impl From<OutputFormat> for Show {
             format,
             max_rows: MaxRows(None),
             timing: false,
+            expanded: Expanded::Off,
         }
     }
 }
@@ -75,6 +140,10 @@ pub async fn run_sql_text(
             return 1;
         }
     };
+    let layout = Layout {
+        expanded: show.expanded,
+        ..Layout::terminal()
+    };
     let mut failed = 0;
     for stmt in statements {
         let started = Instant::now();
@@ -86,7 +155,13 @@ pub async fn run_sql_text(
                     _ => None,
                 };
                 let written = match limit {
-                    Some(n) => output::write_batches(out, show.format, &schema, &head(&batches, n))
+                    Some(n) => output::write_batches_with(
+                        out,
+                        show.format,
+                        &schema,
+                        &head(&batches, n),
+                        layout,
+                    )
                         .and_then(|()| {
                             writeln!(
                                 out,
@@ -94,7 +169,9 @@ pub async fn run_sql_text(
                             )
                             .map_err(Into::into)
                         }),
-                    None => output::write_batches(out, show.format, &schema, &batches),
+                    None => {
+                        output::write_batches_with(out, show.format, &schema, &batches, layout)
+                    }
                 };
                 if let Err(e) = written {
                     eprintln!("gpuq: error: {}", one_line(&e));
@@ -126,4 +203,38 @@ fn head(batches: &[RecordBatch], mut n: usize) -> Vec<RecordBatch> {
         n -= take;
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_first_without_select_selects_every_column() {
+        let rewritten = |sql: &str| select_all_when_from_first(sql).into_owned();
+        assert_eq!(rewritten("FROM runs"), "SELECT * FROM runs");
+        assert_eq!(
+            rewritten("from runs WHERE run = 'a' LIMIT 2;"),
+            "SELECT * from runs WHERE run = 'a' LIMIT 2;"
+        );
+        assert_eq!(
+            rewritten("SELECT 'FROM x';\n  -- note\n  FROM runs (r) ; FROM kernels"),
+            "SELECT 'FROM x';\n  -- note\n  SELECT * FROM runs (r) ; SELECT * FROM kernels"
+        );
+        assert_eq!(
+            rewritten("SELECT 'é'; FROM runs"),
+            "SELECT 'é'; SELECT * FROM runs"
+        );
+        // FROM-first with a SELECT keeps its columns; a subquery's SELECT does not count.
+        assert_eq!(rewritten("FROM runs SELECT run"), "FROM runs SELECT run");
+        assert_eq!(
+            rewritten("FROM (SELECT 1 AS a)"),
+            "SELECT * FROM (SELECT 1 AS a)"
+        );
+        assert_eq!(rewritten("SELECT 1"), "SELECT 1");
+        assert_eq!(
+            split_statements("FROM runs WHERE run = 'a'").unwrap().len(),
+            1
+        );
+    }
 }

@@ -1,8 +1,11 @@
 //! The `gpuq` binary: argument parsing and dispatch. Every command lives in [`commands`].
 
 mod args;
+mod cancel;
 mod commands;
+mod complete;
 mod exec;
+mod fit;
 mod history;
 mod meta;
 mod output;
@@ -32,7 +35,20 @@ fn tune_malloc_for_ingest() {
     }
 }
 
+/// A closed output pipe (`gpuq findings RUN | head -8`) ends the process at once and quietly,
+/// killed by SIGPIPE as `cat` and `grep` are (status 141 in a shell), whichever command was
+/// writing. Rust starts programs with SIGPIPE ignored, which turns the closed pipe into write
+/// errors: a panic in `println!`, "Broken pipe" from the rest.
+fn die_quietly_on_closed_pipes() {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    die_quietly_on_closed_pipes();
     let cli = args::Cli::parse();
     if matches!(cli.command, args::Command::Ingest { .. }) {
         tune_malloc_for_ingest();

@@ -1,8 +1,10 @@
 //! The interactive SQL shell.
 
 use crate::args::{MaxRows, OutputFormat};
+use crate::complete::Vocabulary;
 use crate::exec::{one_line, run_sql_text, Show};
 use crate::meta::{self, Meta};
+use crate::output::Expanded;
 use datafusion::execution::context::SessionContext;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -10,7 +12,7 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
-use rustyline::{Context, Editor, Helper};
+use rustyline::{CompletionType, Context, Editor, Helper};
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -37,6 +39,7 @@ impl Shell {
                 format,
                 max_rows,
                 timing: false,
+                expanded: Expanded::Off,
             },
             output: None,
             errors: 0,
@@ -52,7 +55,8 @@ impl Shell {
             None => &mut stdout,
         };
         if interactive {
-            // Ctrl-C cancels the statement (dropping the future stops its streams) and keeps the shell.
+            // Ctrl-C cancels the statement (dropping the future aborts its tasks, which pause
+            // often enough to stop: `crate::cancel`) and keeps the shell.
             tokio::select! {
                 failed = run_sql_text(&ctx, sql, show, out) => self.errors += failed,
                 _ = tokio::signal::ctrl_c() => eprintln!("cancelled"),
@@ -73,12 +77,49 @@ impl Shell {
         };
         match m {
             Meta::Quit => return Flow::Quit,
-            Meta::Help => println!("{}", meta::HELP),
+            Meta::Help => {
+                println!("{}", meta::HELP);
+                let usages: Vec<String> = table_functions(&self.ctx)
+                    .into_iter()
+                    .map(|f| f.usage)
+                    .collect();
+                println!(
+                    "Table functions (SELECT * FROM f(...)):\n  {}",
+                    usages.join("\n  ")
+                );
+            }
             Meta::Runs => self.run_sql(crate::exec::RUNS_SQL, interactive).await,
             Meta::Tables => {
-                let sql = "SELECT table_name, table_type FROM information_schema.tables \
-                           WHERE table_schema = 'public' ORDER BY table_type, table_name;";
-                self.run_sql(sql, interactive).await
+                // Table functions are not in information_schema: listed after the tables.
+                let functions: Vec<String> = table_functions(&self.ctx)
+                    .iter()
+                    .map(|f| {
+                        format!(
+                            "({}, 'TABLE FUNCTION')",
+                            gpuq_query::analyses::literal(&f.usage)
+                        )
+                    })
+                    .collect();
+                let sql = format!(
+                    "SELECT table_name, table_type FROM information_schema.tables \
+                     WHERE table_schema = 'public' \
+                     UNION ALL SELECT * FROM (VALUES {}) \
+                     ORDER BY table_type, table_name;",
+                    functions.join(", ")
+                );
+                self.run_sql(&sql, interactive).await
+            }
+            Meta::Expanded(x) => {
+                self.show.expanded = x.unwrap_or(match self.show.expanded {
+                    Expanded::Off => Expanded::On,
+                    _ => Expanded::Off,
+                });
+                let state = match self.show.expanded {
+                    Expanded::On => "on",
+                    Expanded::Off => "off",
+                    Expanded::Auto => "auto",
+                };
+                eprintln!("expanded display is {state}");
             }
             Meta::Describe(t) => {
                 let t = t.replace('\'', "''");
@@ -141,7 +182,7 @@ impl Shell {
     async fn run_script(&mut self, text: &str, interactive: bool) -> Flow {
         let mut buffer = String::new();
         for line in text.lines() {
-            if buffer.trim().is_empty() && line.trim_start().starts_with('\\') {
+            if buffer.trim().is_empty() && meta::is_command(line) {
                 if let Flow::Quit = self.meta(line, interactive).await {
                     return Flow::Quit;
                 }
@@ -189,9 +230,9 @@ pub fn statement_complete(text: &str) -> bool {
     matches!(last, Some((';', false))) && !in_single && !in_double
 }
 
-/// Completion of table, view, column and function names; `;`-terminated multi-line input.
+/// Context-aware completion ([`Vocabulary`]); `;`-terminated multi-line input.
 struct GpuqHelper {
-    words: Vec<String>,
+    vocabulary: Vocabulary,
 }
 
 impl Completer for GpuqHelper {
@@ -202,24 +243,15 @@ impl Completer for GpuqHelper {
         pos: usize,
         _ctx: &Context<'_>,
     ) -> rustyline::Result<(usize, Vec<Pair>)> {
-        let start = line[..pos]
-            .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\\'))
-            .map_or(0, |i| i + 1);
-        let prefix = line[start..pos].to_ascii_lowercase();
-        if prefix.is_empty() {
-            return Ok((start, Vec::new()));
-        }
-        let mut out: Vec<Pair> = self
-            .words
-            .iter()
-            .filter(|w| w.to_ascii_lowercase().starts_with(&prefix))
+        let (start, words) = self.vocabulary.complete(line, pos);
+        let pairs = words
+            .into_iter()
             .map(|w| Pair {
                 display: w.clone(),
-                replacement: w.clone(),
+                replacement: w,
             })
             .collect();
-        out.dedup_by(|a, b| a.replacement == b.replacement);
-        Ok((start, out))
+        Ok((start, pairs))
     }
 }
 
@@ -233,7 +265,7 @@ impl Validator for GpuqHelper {
     fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
         let input = ctx.input();
         let t = input.trim();
-        if t.is_empty() || t.starts_with('\\') || statement_complete(input) {
+        if t.is_empty() || meta::is_command(t) || statement_complete(input) {
             Ok(ValidationResult::Valid(None))
         } else {
             Ok(ValidationResult::Incomplete)
@@ -241,82 +273,100 @@ impl Validator for GpuqHelper {
     }
 }
 
-const KEYWORDS: &[&str] = &[
-    "SELECT",
-    "FROM",
-    "WHERE",
-    "GROUP BY",
-    "ORDER BY",
-    "LIMIT",
-    "JOIN",
-    "ON",
-    "AS",
-    "AND",
-    "OR",
-    "NOT",
-    "IN",
-    "LIKE",
-    "DESC",
-    "ASC",
-    "HAVING",
-    "WITH",
-    "UNION",
-    "DISTINCT",
-    "EXPLAIN",
-    "ANALYZE",
-    "CASE",
-    "WHEN",
-    "THEN",
-    "ELSE",
-    "END",
-    "OVER",
-    "PARTITION BY",
-    "count",
-    "sum",
-    "avg",
-    "min",
-    "max",
-];
+/// A table function of the session, for `\d`, `\help` and completion.
+pub struct TableFunctionInfo {
+    pub name: String,
+    /// `top_kernels(run [, n])`, from the function's own usage message.
+    pub usage: String,
+    /// The columns it returns, where known without calling it.
+    pub columns: Vec<String>,
+}
 
-async fn completion_words(ctx: &SessionContext) -> Vec<String> {
-    let mut words: Vec<String> = KEYWORDS.iter().map(|s| s.to_string()).collect();
-    words.extend(
-        [
-            "\\runs",
-            "\\tables",
-            "\\d",
-            "\\timing",
-            "\\format",
-            "\\maxrows",
-            "\\o",
-            "\\i",
-            "\\help",
-            "\\q",
-        ]
-        .map(String::from),
-    );
-    let sql = "SELECT DISTINCT table_name AS w FROM information_schema.tables WHERE table_schema = 'public' \
-               UNION SELECT DISTINCT column_name AS w FROM information_schema.columns WHERE table_schema = 'public'";
+/// Every table function of `ctx`, by name.
+pub fn table_functions(ctx: &SessionContext) -> Vec<TableFunctionInfo> {
+    use datafusion::catalog::TableFunctionArgs;
+    use gpuq_query::analyses;
+    let state = ctx.state();
+    let mut schemas: Vec<(&str, datafusion::arrow::datatypes::SchemaRef)> = analyses::specs()
+        .into_iter()
+        .map(|s| (s.name, (s.schema)()))
+        .collect();
+    schemas.push(("compare", analyses::compare::schema()));
+    schemas.push(("trend", analyses::trend::schema()));
+    schemas.push(("repeatability", analyses::repeatability::schema()));
+    let mut out: Vec<TableFunctionInfo> = state
+        .table_functions()
+        .iter()
+        .map(|(name, f)| {
+            // A call without arguments fails with a message that ends in the usage line.
+            let usage = f
+                .create_table_provider_with_args(TableFunctionArgs::new(&[], &state))
+                .err()
+                .and_then(|e| {
+                    let m = e.to_string();
+                    let at = m.find("(usage: ")? + "(usage: ".len();
+                    Some(m[at..].trim_end().strip_suffix(')')?.to_string())
+                })
+                .unwrap_or_else(|| format!("{name}(...)"));
+            let columns = schemas
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.fields().iter().map(|f| f.name().clone()).collect())
+                .unwrap_or_default();
+            TableFunctionInfo {
+                name: name.clone(),
+                usage,
+                columns,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Tables with their columns, table functions and functions of `ctx`.
+async fn vocabulary(ctx: &SessionContext) -> Vocabulary {
+    let sql = "SELECT table_name, column_name FROM information_schema.columns \
+               WHERE table_schema = 'public' ORDER BY table_name, ordinal_position";
     let batches = match ctx.sql(sql).await {
         Ok(df) => df.collect().await.unwrap_or_default(),
         Err(_) => Vec::new(),
     };
+    let mut tables: Vec<(String, Vec<String>)> = Vec::new();
     for b in batches {
-        let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(
-            b.column(0).as_ref(),
-            &Default::default(),
-        );
-        if let Ok(f) = formatter {
-            words.extend((0..b.num_rows()).map(|i| f.value(i).to_string()));
+        let text = |i: usize| {
+            datafusion::arrow::compute::cast(
+                b.column(i),
+                &datafusion::arrow::datatypes::DataType::Utf8,
+            )
+        };
+        let (Ok(t), Ok(c)) = (text(0), text(1)) else {
+            continue;
+        };
+        use datafusion::arrow::array::AsArray;
+        let (t, c) = (t.as_string::<i32>(), c.as_string::<i32>());
+        for r in 0..b.num_rows() {
+            let (table, column) = (t.value(r), c.value(r));
+            match tables.last_mut() {
+                Some((name, cols)) if name == table => cols.push(column.to_string()),
+                _ => tables.push((table.to_string(), vec![column.to_string()])),
+            }
         }
     }
     let state = ctx.state();
-    words.extend(state.scalar_functions().keys().cloned());
-    words.extend(state.aggregate_functions().keys().cloned());
-    words.extend(state.window_functions().keys().cloned());
-    words.sort();
-    words.dedup();
-    words
+    let mut functions: Vec<String> = state.scalar_functions().keys().cloned().collect();
+    functions.extend(state.aggregate_functions().keys().cloned());
+    functions.extend(state.window_functions().keys().cloned());
+    functions.sort();
+    functions.dedup();
+    Vocabulary {
+        tables,
+        table_functions: table_functions(ctx)
+            .into_iter()
+            .map(|f| (f.name, f.columns))
+            .collect(),
+        functions,
+    }
 }
 
 fn history_path(store: &std::path::Path) -> PathBuf {
@@ -338,9 +388,10 @@ pub async fn run(
         return Ok(shell.errors);
     }
     let helper = GpuqHelper {
-        words: completion_words(&shell.ctx).await,
+        vocabulary: vocabulary(&shell.ctx).await,
     };
     let config = rustyline::Config::builder()
+        .completion_type(CompletionType::List)
         .auto_add_history(false)
         .max_history_size(10_000)?
         .build();
