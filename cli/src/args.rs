@@ -40,9 +40,14 @@ pub enum Command {
         /// Skip (and count) lines of line-based formats that do not parse instead of failing
         #[arg(long)]
         lenient: bool,
-        /// Replace the run if it exists (also re-ingests files already stored)
+        /// Replace the run if it exists (also re-ingests files already stored); the run keeps
+        /// its tags unless --tag gives new ones
         #[arg(long)]
         replace: bool,
+        /// Store the files as one run even where they do not look like one job (a rank given
+        /// twice, different clocks, captures more than a minute apart)
+        #[arg(long)]
+        merge_unrelated: bool,
         /// Print nothing but errors
         #[arg(long, short)]
         quiet: bool,
@@ -220,6 +225,19 @@ pub enum Command {
         run: String,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
+    },
+    /// Print the current version's data files (absolute paths), for reading the store with
+    /// another engine; they stay readable 10 minutes after a later commit drops them
+    Files {
+        /// Runs [default: every run]
+        runs: Vec<String>,
+        /// Which table's files
+        #[arg(long, value_enum, default_value_t = FilesTable::Events)]
+        table: FilesTable,
+        /// lines: one path a line; json: an array; duckdb: a read_parquet(...) call;
+        /// polars: a pl.scan_parquet(...) call
+        #[arg(long, value_enum, default_value_t = FilesFormat::Lines)]
+        format: FilesFormat,
     },
     /// Merge the small Parquet parts of runs (many appends); query results do not change
     Compact {
@@ -412,4 +430,20 @@ fn parse_duration(s: &str) -> Result<i64, String> {
     gpuq_query::functions::durations::parse_dur(s)
         .filter(|n| *n >= 0)
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 250ns, 100us, 1.5ms, 2s)"))
+}
+
+/// The stored tables `gpuq files` lists.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FilesTable {
+    Events,
+    Counters,
+}
+
+/// How `gpuq files` prints the paths.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FilesFormat {
+    Lines,
+    Json,
+    Duckdb,
+    Polars,
 }

@@ -1,6 +1,9 @@
 //! The subcommands.
 
-use crate::args::{parse_tags, store_dir, Cli, Command, GenerateFormat, OutputFormat, RunsAction};
+use crate::args::{
+    parse_tags, store_dir, Cli, Command, FilesFormat, FilesTable, GenerateFormat, OutputFormat,
+    RunsAction,
+};
 use crate::exec::{run_sql_text, Show};
 use crate::history;
 use anyhow::{bail, Context};
@@ -23,6 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             step_pattern,
             lenient,
             replace,
+            merge_unrelated,
             quiet,
         } => {
             let run = run.map(RunId::new).transpose()?;
@@ -39,6 +43,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 format: format.format(),
                 step_pattern,
                 lenient,
+                merge_unrelated,
                 ..Default::default()
             };
             ingest(&store, &paths, &opts, quiet)
@@ -234,6 +239,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Skew { run, format } => {
             analysis(&store_path, &run, &history::skew_sql(&run, format), format).await
         }
+        Command::Files {
+            runs,
+            table,
+            format,
+        } => files(&open_store(&store_path)?, &runs, table, format),
         Command::Compact { runs } => compact(&open_store(&store_path)?, &runs),
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
         Command::Generate {
@@ -464,7 +474,13 @@ fn ingest(
         b.finish_and_clear();
     }
     if !quiet {
+        let mut split_said = std::collections::BTreeSet::new();
         for r in &reports {
+            if let Some((run, why)) = &r.split_from {
+                if split_said.insert(run.clone()) {
+                    println!("the files for run {run} do not look like one job ({why}): one run per file (--run NAME --merge-unrelated stores them as one)");
+                }
+            }
             print_report(r);
         }
     }
@@ -478,10 +494,27 @@ fn print_report(r: &RunReport) {
     if r.files == 0 {
         return;
     }
-    let mb = r.input_bytes as f64 / 1e6;
     let verb = if r.appended { "added to" } else { "stored as" };
+    if let Some(holder) = &r.shared_from {
+        println!(
+            "{verb} run {}: the same content as run {holder}, whose stored files it shares: {} file(s), {} events, {} kernels, span {}",
+            r.run,
+            r.files,
+            r.events,
+            r.kernels,
+            r.span_ns.map(human_ns).unwrap_or_else(|| "-".into()),
+        );
+        return;
+    }
+    // Speed on the bytes parsed: a gzip file's decompressed JSON, not its compressed size.
+    let mb = r.content_bytes as f64 / 1e6;
+    let on_disk = if r.input_bytes != r.content_bytes {
+        format!(" ({:.1} MB compressed)", r.input_bytes as f64 / 1e6)
+    } else {
+        String::new()
+    };
     println!(
-        "{verb} run {}: {} file(s), {} events, {} kernels, span {}, {:.1} MB in {:.2} s ({:.0} MB/s)",
+        "{verb} run {}: {} file(s), {} events, {} kernels, span {}, {:.1} MB{on_disk} in {:.2} s ({:.0} MB/s)",
         r.run,
         r.files,
         r.events,
@@ -715,4 +748,46 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
     .await?;
     println!("Try: gpuq --store {} sql", store.root().display());
     Ok(exit_code(failed))
+}
+
+/// `gpuq files`: the current version's data files of `runs` (every run when empty), as
+/// absolute paths under `_data/` that stay readable 10 minutes after a later commit drops
+/// them, so another engine reads exactly this version.
+fn files(
+    store: &Store,
+    runs: &[String],
+    table: FilesTable,
+    format: FilesFormat,
+) -> anyhow::Result<ExitCode> {
+    let manifest = store.manifest()?;
+    let wanted: Vec<RunId> = runs.iter().map(RunId::new).collect::<Result<_, _>>()?;
+    if let Some(unknown) = wanted.iter().find(|r| !manifest.runs.contains_key(*r)) {
+        bail!("unknown run: {unknown}");
+    }
+    let table = match table {
+        FilesTable::Events => gpuq_engine::schema::TableKind::Events,
+        FilesTable::Counters => gpuq_engine::schema::TableKind::Counters,
+    };
+    let paths: Vec<String> = manifest
+        .files(table)
+        .filter(|(run, _)| wanted.is_empty() || wanted.contains(run))
+        .map(|(_, f)| store.file_path(&manifest, &f.path).display().to_string())
+        .collect();
+    let list = serde_json::to_string(&paths)?;
+    match format {
+        FilesFormat::Lines => paths.iter().for_each(|p| println!("{p}")),
+        FilesFormat::Json => println!("{list}"),
+        // DuckDB's string literals are single-quoted (a quote doubled); a JSON array of
+        // strings is also a Python list literal.
+        FilesFormat::Duckdb => println!(
+            "read_parquet([{}], hive_partitioning = true)",
+            paths
+                .iter()
+                .map(|p| format!("'{}'", p.replace('\'', "''")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        FilesFormat::Polars => println!("pl.scan_parquet({list}, hive_partitioning=True)"),
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -286,7 +286,7 @@ fn reingesting_a_stored_file_is_a_no_op_and_replace_replaces() {
             .success()
     );
     let before = snapshot(&store);
-    let o = gpuq(&store, &["ingest", t.to_str().unwrap(), "--run", "other"]);
+    let o = gpuq(&store, &["ingest", t.to_str().unwrap(), "--run", "r"]);
     assert!(o.status.success());
     assert!(
         stdout(&o).contains("already stored in run r"),

@@ -18,6 +18,11 @@ pub struct Manifest {
     /// Files dropped by a commit, deleted once no reader can still be using them.
     #[serde(default)]
     pub tombstones: Vec<Tombstone>,
+    /// Every file this version names (and every tombstoned one) is under `_data/`, where
+    /// readers read it; the Hive tree holds links to the live files only. `false` for stores
+    /// written before `_data/` existed: their files are read from the Hive tree.
+    #[serde(default)]
+    pub data_area: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

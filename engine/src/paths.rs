@@ -32,6 +32,18 @@ impl StorePaths {
         self.root.join("_staging")
     }
 
+    /// Where every data file of the manifest's versions lives, by its manifest path (the
+    /// Hive tree `<table>/run=<id>/` holds hard links to the current version's files only).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("_data")
+    }
+
+    /// The stable path of a data file (relative path as kept in the manifest): it stays
+    /// there while any version kept for readers names it.
+    pub fn data_file(&self, rel: &str) -> PathBuf {
+        self.data_dir().join(rel)
+    }
+
     pub fn lock_file(&self) -> PathBuf {
         self.root.join("_lock")
     }
@@ -49,6 +61,8 @@ impl StorePaths {
         format!("{}/run={run}/part-{seq:010}.parquet", table.name())
     }
 
+    /// The path of a data file in the Hive tree (present only while the current version
+    /// names it).
     pub fn absolute(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }

@@ -378,11 +378,10 @@ impl TableProvider for ManifestTable {
             Some(p) => p.iter().map(|&i| to_scan(i)).collect(),
             None => (0..self.schema.fields().len()).map(to_scan).collect(),
         };
-        let root = self.store.root();
         let partitioned = files
             .iter()
             .map(|&(run, f)| {
-                let abs = root.join(&f.path);
+                let abs = self.store.file_path(&manifest, &f.path);
                 let location = ObjectPath::from_absolute_path(&abs)
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 let meta = ObjectMeta {

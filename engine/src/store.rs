@@ -1,4 +1,8 @@
 //! Opening a store, reading its newest manifest, and committing new versions.
+//!
+//! Data files live under `_data/<table>/run=<id>/`, where they stay while any version kept
+//! for readers names them; the Hive tree `<table>/run=<id>/` holds hard links to the newest
+//! version's files only, so that another engine's glob over it counts what gpuq counts.
 
 use crate::error::{Error, Result};
 use crate::manifest::{FileEntry, Manifest, RunEntry, RunMeta, Tombstone};
@@ -59,6 +63,16 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         self.paths.root()
+    }
+
+    /// Where a reader of `manifest` finds the data file `rel` (a manifest path): under
+    /// `_data/`, which keeps it as long as a version kept for readers names it.
+    pub fn file_path(&self, manifest: &Manifest, rel: &str) -> PathBuf {
+        if manifest.data_area {
+            self.paths.data_file(rel)
+        } else {
+            self.paths.absolute(rel)
+        }
     }
 
     /// The newest committed manifest. Re-reads the file only when a newer version exists.
@@ -212,6 +226,25 @@ impl StoreWriter {
         })
     }
 
+    /// Stages a hard link to a file of this writer's version (same rows, no copy), so that a
+    /// run holding content already stored can be committed under another name. The two runs'
+    /// files are distinct paths to one inode: removing either run leaves the other whole.
+    pub fn link_part(&self, file: &FileEntry) -> Result<StagedFile> {
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
+        let source = self.store.file_path(&self.base, &file.path);
+        fs::hard_link(&source, &staged_path).map_err(Error::io(&source))?;
+        Ok(StagedFile {
+            table: file.table,
+            seq,
+            staged_path,
+            size: file.size,
+            rows: file.rows,
+            stats: file.stats.clone(),
+            kinds: file.kinds.clone(),
+        })
+    }
+
     /// A path in the staging area for temporary files of this writer (e.g. spilled batches).
     /// Whatever is left there is removed by the next writer.
     pub fn scratch_path(&self, name: &str) -> PathBuf {
@@ -227,17 +260,57 @@ impl StoreWriter {
         staged: Vec<StagedFile>,
         mode: PutMode,
     ) -> Result<u64> {
+        let appended = self.base.runs.contains_key(run) && mode == PutMode::Append;
+        let version = self.put_runs(vec![(run.clone(), meta, staged)], mode)?;
+        if appended {
+            // The append is committed whatever happens here; a failed compaction only leaves
+            // the run fragmented until the next one.
+            if let Ok(n) = self.compact_if_fragmented(run) {
+                if n > 0 {
+                    return Ok(self.base.version);
+                }
+            }
+        }
+        Ok(version)
+    }
+
+    /// Commits several runs in one version (all or none), each as [`Self::put_run`] does but
+    /// without compacting: the files of one ingest that became runs of their own.
+    pub fn put_runs(
+        &mut self,
+        runs: Vec<(RunId, RunMeta, Vec<StagedFile>)>,
+        mode: PutMode,
+    ) -> Result<u64> {
         let mut next = self.base.clone();
+        let mut dropped = Vec::new();
+        for (run, meta, staged) in runs {
+            self.add_run(&mut next, &mut dropped, &run, meta, staged, mode)?;
+        }
+        self.commit(next, dropped)
+    }
+
+    /// Puts `run` into `next` (its dropped files into `dropped`).
+    fn add_run(
+        &self,
+        next: &mut Manifest,
+        dropped: &mut Vec<String>,
+        run: &RunId,
+        mut meta: RunMeta,
+        staged: Vec<StagedFile>,
+        mode: PutMode,
+    ) -> Result<()> {
         let existing = next.runs.remove(run);
-        let appended = existing.is_some() && mode == PutMode::Append;
         if existing.is_some() && mode == PutMode::Create {
             return Err(Error::RunExists(run.to_string()));
         }
-        let mut dropped = Vec::new();
         let mut entry = match (existing, mode) {
             (Some(old), PutMode::Append) => old,
             (Some(old), _) => {
                 dropped.extend(old.files.into_iter().map(|f| f.path));
+                // A replaced run keeps its tags unless the new ingest gives some.
+                if meta.tags.is_empty() {
+                    meta.tags = old.meta.tags;
+                }
                 RunEntry {
                     meta: RunMeta::default(),
                     files: Vec::new(),
@@ -255,28 +328,18 @@ impl StoreWriter {
         }
         entry.files.extend(self.place(run, staged)?);
         next.runs.insert(run.clone(), entry);
-        let version = self.commit(next, dropped)?;
-        if appended {
-            // The append is committed whatever happens here; a failed compaction only leaves
-            // the run fragmented until the next one.
-            if let Ok(n) = self.compact_if_fragmented(run) {
-                if n > 0 {
-                    return Ok(self.base.version);
-                }
-            }
-        }
-        Ok(version)
+        Ok(())
     }
 
-    /// Moves staged files to their final paths under `run` (not yet referenced by any
-    /// version) and syncs their directories.
+    /// Moves staged files to their final paths under `_data/` for `run` (not yet referenced
+    /// by any version, nor in the Hive tree) and syncs their directories.
     fn place(&self, run: &RunId, staged: Vec<StagedFile>) -> Result<Vec<FileEntry>> {
         let paths = &self.store.paths;
         let mut dirs = HashSet::new();
         let mut files = Vec::new();
         for file in staged {
             let rel = StorePaths::part_rel_path(file.table, run, file.seq);
-            let dest = paths.absolute(&rel);
+            let dest = paths.data_file(&rel);
             let dir = dest.parent().expect("part path has a parent").to_path_buf();
             fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
             fs::rename(&file.staged_path, &dest).map_err(Error::io(&file.staged_path))?;
@@ -338,7 +401,7 @@ impl StoreWriter {
                 for f in &group {
                     batches.extend(part::read_parquet(
                         table,
-                        &self.store.paths.absolute(&f.path),
+                        &self.store.file_path(&self.base, &f.path),
                     )?);
                 }
                 staged.push(self.write_part(table, batches)?);
@@ -418,7 +481,9 @@ impl StoreWriter {
 
     /// Creates manifest version `base.version + 1` with create-if-absent semantics:
     /// write a temporary file, sync it, hard-link it to its final name (fails if that name
-    /// exists), sync the directory.
+    /// exists), sync the directory. Then brings the Hive tree to the new version (links its
+    /// new files, unlinks the dropped ones): [`Self::collect_garbage`]; a crash before that
+    /// leaves it to the next writer, which does the same on opening.
     fn commit(&mut self, mut next: Manifest, dropped: Vec<String>) -> Result<u64> {
         let version = self.base.version + 1;
         next.version = version;
@@ -431,6 +496,10 @@ impl StoreWriter {
                 path,
                 removed_at_ms: now,
             }));
+        if !self.base.data_area {
+            self.link_into_data_area(&next)?;
+        }
+        next.data_area = true;
         let dir = self.store.paths.manifest_dir();
         let tmp = dir.join(format!(".tmp-{}-{version}", std::process::id()));
         let final_path = dir.join(manifest_file_name(version));
@@ -470,9 +539,39 @@ impl StoreWriter {
         }
     }
 
+    /// Links every file `next` names or keeps for readers into `_data/` (a store written
+    /// before `_data/` existed, on its first commit since). Files placed by this writer are
+    /// there already.
+    fn link_into_data_area(&self, next: &Manifest) -> Result<()> {
+        let paths = &self.store.paths;
+        let named = next
+            .runs
+            .values()
+            .flat_map(|e| e.files.iter().map(|f| f.path.as_str()))
+            .chain(next.tombstones.iter().map(|t| t.path.as_str()));
+        let mut dirs = HashSet::new();
+        for rel in named {
+            let (hive, data) = (paths.absolute(rel), paths.data_file(rel));
+            if data.exists() || !hive.exists() {
+                continue;
+            }
+            let dir = data.parent().expect("part path has a parent").to_path_buf();
+            fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+            fs::hard_link(&hive, &data).map_err(Error::io(&hive))?;
+            dirs.insert(dir);
+        }
+        for dir in &dirs {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
     /// Deletes what no reader can need: staged files and temporary manifests of dead writers,
     /// data files no version references (a writer that died between rename and commit),
     /// dropped files past their grace period, and manifest versions beyond the newest 20.
+    /// Brings the Hive tree to this writer's version: unlinks every file it does not name
+    /// (dropped at the last commit, or left by a writer that crashed), then links the files it
+    /// names that are missing (a writer that crashed right after its commit).
     fn collect_garbage(&self) -> Result<()> {
         let paths = &self.store.paths;
         self.clear_staging();
@@ -499,37 +598,58 @@ impl StoreWriter {
             .filter(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS)
             .map(|t| t.path.as_str())
             .collect();
-        for table in TableKind::ALL {
-            let tdir = paths.table_dir(table);
-            let Ok(runs) = fs::read_dir(&tdir) else {
-                continue;
-            };
-            for run_dir in runs.flatten() {
-                let run_name = run_dir.file_name().to_string_lossy().into_owned();
-                let Ok(files) = fs::read_dir(run_dir.path()) else {
-                    continue;
-                };
-                let mut remaining = 0;
-                for f in files.flatten() {
-                    let rel = format!(
-                        "{}/{}/{}",
-                        table.name(),
-                        run_name,
-                        f.file_name().to_string_lossy()
-                    );
-                    if live.contains(rel.as_str()) || grace.contains(rel.as_str()) {
-                        remaining += 1;
-                    } else {
-                        let _ = fs::remove_file(f.path());
-                    }
-                }
-                if remaining == 0 {
-                    let _ = fs::remove_dir(run_dir.path());
-                }
+        let kept_for_readers = |rel: &str| live.contains(rel) || grace.contains(rel);
+        if !self.base.data_area {
+            sweep(paths.root(), &kept_for_readers);
+            return Ok(());
+        }
+        sweep(&paths.data_dir(), &kept_for_readers);
+        let in_tree = sweep(paths.root(), &|rel: &str| live.contains(rel));
+        for rel in live.iter().filter(|rel| !in_tree.contains(**rel)) {
+            let link = paths.absolute(rel);
+            if let Some(dir) = link.parent() {
+                let _ = fs::create_dir_all(dir);
             }
+            let _ = fs::hard_link(paths.data_file(rel), &link);
         }
         Ok(())
     }
+}
+
+/// Deletes the data files under `base` (`<table>/run=<id>/<file>`) whose relative path
+/// `keep` rejects, and the run directories left empty; returns the relative paths kept.
+fn sweep(base: &Path, keep: &dyn Fn(&str) -> bool) -> HashSet<String> {
+    let mut kept = HashSet::new();
+    for table in TableKind::ALL {
+        let Ok(runs) = fs::read_dir(base.join(table.name())) else {
+            continue;
+        };
+        for run_dir in runs.flatten() {
+            let run_name = run_dir.file_name().to_string_lossy().into_owned();
+            let Ok(files) = fs::read_dir(run_dir.path()) else {
+                continue;
+            };
+            let mut remaining = 0;
+            for f in files.flatten() {
+                let rel = format!(
+                    "{}/{}/{}",
+                    table.name(),
+                    run_name,
+                    f.file_name().to_string_lossy()
+                );
+                if keep(&rel) {
+                    remaining += 1;
+                    kept.insert(rel);
+                } else {
+                    let _ = fs::remove_file(f.path());
+                }
+            }
+            if remaining == 0 {
+                let _ = fs::remove_dir(run_dir.path());
+            }
+        }
+    }
+    kept
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! Ingesting trace files into a store as runs.
+//! Ingesting trace files into a store as runs: which files form a run (plausibly one job's
+//! ranks, else one run per file), content already stored (skipped, or shared under a new
+//! name), and what each run's summary reports.
 
 use crate::events::{HostStructure, Kind, RangeRules};
 use crate::kineto;
@@ -54,6 +56,9 @@ pub enum IngestError {
     },
     #[error("{}: no trace files in this directory (tried: {})", .0.display(), source::TRIED)]
     EmptyDirectory(PathBuf),
+    #[error("{} and {} do not look like one job ({why}); ingest them without --run (one run \
+             each), or pass --merge-unrelated to store them as one run", a.display(), b.display())]
+    Unrelated { a: PathBuf, b: PathBuf, why: String },
     #[error(transparent)]
     Store(#[from] gpuq_engine::Error),
 }
@@ -81,6 +86,8 @@ pub struct IngestOptions {
     pub step_pattern: Option<regex::Regex>,
     /// Skip (and count) unparsable lines of line-based formats instead of failing.
     pub lenient: bool,
+    /// Store files as one run even where they do not look like one job (see [`unrelated`]).
+    pub merge_unrelated: bool,
     /// Host rows attributed at a time (a time window of the file) where a file is attributed
     /// by windows; default [`WINDOW_ROWS`].
     pub window_rows: Option<usize>,
@@ -109,12 +116,116 @@ pub struct RunReport {
     pub events: u64,
     pub kernels: u64,
     pub span_ns: Option<i64>,
+    /// Bytes of the files as they are on disk (compressed or not).
     pub input_bytes: u64,
+    /// Bytes parsed: the decompressed content, which the ingest speed is measured on.
+    pub content_bytes: u64,
     pub seconds: f64,
     pub warnings: BTreeMap<String, u64>,
     pub redacted: usize,
     pub appended: bool,
     pub version: Option<u64>,
+    /// The run whose stored files this run shares: the same content, under another name.
+    pub shared_from: Option<RunId>,
+    /// This file was to be part of run `.0` but is a run of its own, because `.1` (the
+    /// files did not look like one job).
+    pub split_from: Option<(RunId, String)>,
+}
+
+impl RunReport {
+    fn new(run: RunId, appended: bool) -> RunReport {
+        RunReport {
+            run,
+            duplicates: Vec::new(),
+            files: 0,
+            events: 0,
+            kernels: 0,
+            span_ns: None,
+            input_bytes: 0,
+            content_bytes: 0,
+            seconds: 0.0,
+            warnings: BTreeMap::new(),
+            redacted: 0,
+            appended,
+            version: None,
+            shared_from: None,
+            split_from: None,
+        }
+    }
+
+    /// Takes the figures of a run's metadata.
+    fn describe(&mut self, meta: &RunMeta) {
+        self.events = meta.events;
+        self.kernels = meta.kernels;
+        self.span_ns = meta.last_ts.zip(meta.first_ts).map(|(l, f)| l - f);
+        self.warnings = meta.warnings.clone();
+    }
+}
+
+/// Files of one job's ranks start and end within this of each other (they profile the same
+/// steps); files further apart on the epoch clock are different jobs or different captures.
+pub const JOB_GAP_NS: i64 = 60 * 1_000_000_000;
+
+/// What ingest knows of a parsed file when it decides whether files form one run.
+#[derive(Debug, Clone)]
+pub struct JobFacts {
+    pub path: PathBuf,
+    /// The rank the trace declares (Kineto `distributedInfo.rank`), not one given by position.
+    pub rank: Option<i32>,
+    /// First and last timestamp, ns.
+    pub span: Option<(i64, i64)>,
+    pub epoch_time: bool,
+}
+
+/// Why `files` cannot be the ranks of one job, if they cannot: two on different clocks, two
+/// declaring the same rank, or (on the epoch clock) a gap of more than [`JOB_GAP_NS`] between
+/// their time spans. Files without rank information on one clock and overlapping in time are
+/// taken as one job (the processes of one capture). Returns the two files that conflict.
+pub fn unrelated(files: &[JobFacts]) -> Option<(PathBuf, PathBuf, String)> {
+    for (i, a) in files.iter().enumerate() {
+        for b in &files[i + 1..] {
+            if a.epoch_time != b.epoch_time {
+                let why = "one is on the Unix epoch clock, the other on a trace-relative clock";
+                return Some((a.path.clone(), b.path.clone(), why.into()));
+            }
+            if let Some(rank) = a.rank.filter(|_| a.rank == b.rank) {
+                let why = format!("both are rank {rank}");
+                return Some((a.path.clone(), b.path.clone(), why));
+            }
+        }
+    }
+    // Trace-relative clocks of different files cannot be compared: only epoch spans can.
+    let mut spans: Vec<((i64, i64), &Path)> = files
+        .iter()
+        .filter(|f| f.epoch_time)
+        .filter_map(|f| Some((f.span?, f.path.as_path())))
+        .collect();
+    spans.sort_by_key(|(span, _)| span.0);
+    let mut reach: Option<(i64, &Path)> = None;
+    for ((start, end), path) in spans {
+        if let Some((furthest, last)) = reach {
+            if start - furthest > JOB_GAP_NS {
+                let why = format!("{} apart in time", human_gap(start - furthest));
+                return Some((last.to_path_buf(), path.to_path_buf(), why));
+            }
+        }
+        if reach.is_none_or(|(furthest, _)| end > furthest) {
+            reach = Some((end, path));
+        }
+    }
+    None
+}
+
+/// A gap between captures, in the largest unit that reads well (`3.4 years`, `5.0 min`).
+fn human_gap(ns: i64) -> String {
+    let s = ns as f64 / 1e9;
+    const DAY: f64 = 86_400.0;
+    match s {
+        s if s >= 365.25 * DAY => format!("{:.1} years", s / (365.25 * DAY)),
+        s if s >= DAY => format!("{:.1} days", s / DAY),
+        s if s >= 3600.0 => format!("{:.1} h", s / 3600.0),
+        s => format!("{:.1} min", s / 60.0),
+    }
 }
 
 /// A file to ingest, and whether it was named (rather than found in a directory).
@@ -192,7 +303,7 @@ pub fn ingest(
     }
     let mut reports = Vec::new();
     for (run, sources) in planned {
-        reports.push(ingest_run(store, &run, sources, opts, progress)?);
+        reports.extend(ingest_run(store, &run, sources, opts, progress)?);
     }
     Ok(reports)
 }
@@ -211,34 +322,44 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// One parsed file of a run, staged but not committed.
+struct IngestedFile {
+    /// Index into the run's sources.
+    source: usize,
+    staged: Vec<StagedFile>,
+    /// Its metadata alone, its source entry included.
+    meta: RunMeta,
+    declared_rank: Option<i32>,
+    /// Its rows carry a rank given by its position among the run's files.
+    positional_rank: bool,
+    redacted: usize,
+    seconds: f64,
+}
+
+/// Ingests `sources` as `run`: skips content the run (or, without `--run`, any run) holds
+/// already, shares the files of a run with exactly the same content under a new `--run`
+/// name, and checks that the files plausibly are one job ([`unrelated`]): otherwise a run
+/// named by the user is refused, and a run named after a directory becomes one run per file.
 fn ingest_run(
     store: &Store,
     run: &RunId,
     sources: Vec<Source>,
     opts: &IngestOptions,
     progress: &dyn Progress,
-) -> Result<RunReport, IngestError> {
+) -> Result<Vec<RunReport>, IngestError> {
     let started = Instant::now();
     let mut writer = store.writer()?;
     let exists = writer.manifest().runs.contains_key(run);
-    let mut report = RunReport {
-        run: run.clone(),
-        duplicates: Vec::new(),
-        files: 0,
-        events: 0,
-        kernels: 0,
-        span_ns: None,
-        input_bytes: 0,
-        seconds: 0.0,
-        warnings: BTreeMap::new(),
-        redacted: 0,
-        appended: exists && !opts.replace,
-        version: None,
-    };
+    let mut report = RunReport::new(run.clone(), exists && !opts.replace);
+    let holders = stored_holders(&writer, run, &sources, opts)?;
+    if let Some(holder) = shareable(&writer, run, &holders, opts, exists) {
+        let hashes: Vec<&str> = holders.iter().flatten().map(|(h, _)| h.as_str()).collect();
+        return share_run(
+            writer, run, &holder, &sources, &hashes, opts, report, started,
+        )
+        .map(|r| vec![r]);
+    }
     let imported_at_ns = now_ns();
-    // The first file's metadata; later files (ranks) are merged into it.
-    let mut meta: Option<RunMeta> = None;
-    let mut formats: BTreeSet<Format> = BTreeSet::new();
     // Stage logs belong to the whole run; every other file is a rank of a multi-file run.
     let rank_files = sources
         .iter()
@@ -246,22 +367,18 @@ fn ingest_run(
         .count();
     let multi = rank_files > 1;
     let mut rank_position = 0;
-    let mut staged: Vec<StagedFile> = Vec::new();
+    let mut done: Vec<IngestedFile> = Vec::new();
     for (position, src) in sources.iter().enumerate() {
-        // Only a same-sized stored source can have the same content: hash up front then, so
-        // re-ingesting a stored file costs one read and no parse.
-        let same_size = writer
-            .manifest()
-            .runs
-            .values()
-            .any(|e| e.meta.sources.iter().any(|s| s.bytes == src.size));
-        if same_size && !opts.replace {
-            let hash = source::hash_file(&src.path).map_err(io_error(&src.path))?;
-            if let Some(holder) = writer.manifest().run_with_source_hash(&hash) {
+        // A file this run holds is skipped; so is one any run holds when the run is named
+        // after the argument. Under a `--run` name it is stored again (or shared, above):
+        // the named run must hold everything it was given.
+        if let Some((_, holder)) = &holders[position] {
+            if holder == run || opts.run.is_none() {
                 report.duplicates.push((src.path.clone(), holder.clone()));
                 continue;
             }
         }
+        let file_started = Instant::now();
         progress.start_file(&src.path, src.size);
         let mut spool = Spool::new(
             writer.scratch_path(&format!("spool-{position}.arrows")),
@@ -292,7 +409,6 @@ fn ingest_run(
         let (parsed, gpu_tables) = parsed?;
         // Equal content implies equal size, so the check above caught every stored duplicate.
         let hash = if reads_itself { hash } else { src.hash() }.map_err(io_error(&src.path))?;
-        formats.insert(src.format);
         let fallback_rank = (multi && src.format != Format::StageLog).then_some(rank_position);
         if src.format != Format::StageLog {
             rank_position += 1;
@@ -326,19 +442,8 @@ fn ingest_run(
             },
         )?;
         progress.finish_file();
-        staged.extend(file.staged);
-        report.redacted += file.redacted;
-        report.input_bytes += src.size;
-        report.files += 1;
-        // Merging warns of sources on different clocks, so the first file is not merged
-        // into an empty (trace-relative) one.
-        let meta = match &mut meta {
-            Some(meta) => {
-                meta.merge(file.meta);
-                meta
-            }
-            None => meta.insert(file.meta),
-        };
+        let mut meta = file.meta;
+        meta.format = src.format.name().into();
         meta.sources.push(SourceFile {
             path: src.path.display().to_string(),
             hash,
@@ -346,31 +451,280 @@ fn ingest_run(
             rank: file.rank,
             format: src.format.name().into(),
         });
+        done.push(IngestedFile {
+            source: position,
+            staged: file.staged,
+            meta,
+            declared_rank: file.declared_rank,
+            positional_rank: file.declared_rank.is_none() && file.rank.is_some(),
+            redacted: file.redacted,
+            seconds: file_started.elapsed().as_secs_f64(),
+        });
     }
-    let Some(mut meta) = meta else {
+    if done.is_empty() {
         // Everything was already stored: nothing to commit.
         report.seconds = started.elapsed().as_secs_f64();
-        return Ok(report);
-    };
+        return Ok(vec![report]);
+    }
+    let facts: Vec<JobFacts> = done
+        .iter()
+        .filter(|f| sources[f.source].format != Format::StageLog)
+        .map(|f| JobFacts {
+            path: sources[f.source].path.clone(),
+            rank: f.declared_rank,
+            span: f.meta.first_ts.zip(f.meta.last_ts),
+            epoch_time: f.meta.epoch_time,
+        })
+        .collect();
+    // A directory whose other files were stored as runs of their own (split by an earlier
+    // ingest) adds its new files as runs of their own too, not as a run of the directory.
+    if opts.run.is_none() && report.duplicates.iter().any(|(_, holder)| holder != run) {
+        let why = "the directory's other files are stored as runs of their own";
+        let mut reports = vec![report];
+        reports.extend(split_run(
+            store, writer, run, &sources, done, opts, progress, why,
+        )?);
+        return Ok(reports);
+    }
+    let mut merged_anyway = None;
+    if let Some((a, b, why)) = unrelated(&facts) {
+        if opts.merge_unrelated {
+            merged_anyway = Some(format!(
+                "files of unrelated jobs stored as one run on request (--merge-unrelated): {} and {}: {why}",
+                a.display(),
+                b.display()
+            ));
+        } else if opts.run.is_some() {
+            return Err(IngestError::Unrelated { a, b, why });
+        } else {
+            let why = format!("{} and {}: {why}", a.display(), b.display());
+            let mut reports = vec![report];
+            reports.extend(split_run(
+                store, writer, run, &sources, done, opts, progress, &why,
+            )?);
+            return Ok(reports);
+        }
+    }
+    let mut meta: Option<RunMeta> = None;
+    let mut staged = Vec::new();
+    for file in done {
+        let src = &sources[file.source];
+        staged.extend(file.staged);
+        report.redacted += file.redacted;
+        report.input_bytes += src.size;
+        report.content_bytes += src.content_bytes();
+        report.files += 1;
+        // Merging warns of sources on different clocks, so the first file is not merged
+        // into an empty (trace-relative) one.
+        match &mut meta {
+            Some(meta) => meta.merge(file.meta),
+            None => meta = Some(file.meta),
+        }
+    }
+    let mut meta = meta.expect("at least one file was ingested");
+    if let Some(warning) = merged_anyway {
+        meta.warnings.insert(warning, 1);
+    }
     meta.imported_at_ns = imported_at_ns;
     meta.tags = opts.tags.iter().cloned().collect();
-    meta.format = formats
-        .iter()
-        .map(|f| f.name())
-        .collect::<Vec<_>>()
-        .join("+");
-    report.events = meta.events;
-    report.kernels = meta.kernels;
-    report.span_ns = meta.last_ts.zip(meta.first_ts).map(|(l, f)| l - f);
-    report.warnings = meta.warnings.clone();
-    let mode = if opts.replace {
+    report.describe(&meta);
+    report.version = Some(writer.put_run(run, meta, staged, put_mode(opts))?);
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(vec![report])
+}
+
+fn put_mode(opts: &IngestOptions) -> PutMode {
+    if opts.replace {
         PutMode::Replace
     } else {
         PutMode::Append
-    };
-    report.version = Some(writer.put_run(run, meta, staged, mode)?);
+    }
+}
+
+/// For each source, its content hash and the run that already holds it, if any (`run`
+/// itself preferred). With `--replace` nothing counts as stored.
+fn stored_holders(
+    writer: &gpuq_engine::StoreWriter,
+    run: &RunId,
+    sources: &[Source],
+    opts: &IngestOptions,
+) -> Result<Vec<Option<(String, RunId)>>, IngestError> {
+    let manifest = writer.manifest();
+    let mut holders = Vec::with_capacity(sources.len());
+    for src in sources {
+        // Only a same-sized stored source can have the same content: hash up front then, so
+        // re-ingesting a stored file costs one read and no parse.
+        let same_size = manifest
+            .runs
+            .values()
+            .any(|e| e.meta.sources.iter().any(|s| s.bytes == src.size));
+        if !same_size || opts.replace {
+            holders.push(None);
+            continue;
+        }
+        let hash = source::hash_file(&src.path).map_err(io_error(&src.path))?;
+        let held_by_run = manifest
+            .runs
+            .get(run)
+            .is_some_and(|e| e.meta.sources.iter().any(|s| s.hash == hash));
+        let holder = if held_by_run {
+            Some(run.clone())
+        } else {
+            manifest.run_with_source_hash(&hash).cloned()
+        };
+        holders.push(holder.map(|h| (hash, h)));
+    }
+    Ok(holders)
+}
+
+/// The run whose files a new run named by `--run` can share: every source is stored, all in
+/// that one run, and that run holds exactly these sources.
+fn shareable(
+    writer: &gpuq_engine::StoreWriter,
+    run: &RunId,
+    holders: &[Option<(String, RunId)>],
+    opts: &IngestOptions,
+    exists: bool,
+) -> Option<RunId> {
+    if opts.run.is_none() || opts.replace || exists || holders.is_empty() {
+        return None;
+    }
+    let holder = holders[0].as_ref()?.1.clone();
+    let mut hashes = Vec::new();
+    for h in holders {
+        let (hash, r) = h.as_ref()?;
+        if *r != holder {
+            return None;
+        }
+        hashes.push(hash.as_str());
+    }
+    let mut held: Vec<&str> = writer.manifest().runs[&holder]
+        .meta
+        .sources
+        .iter()
+        .map(|s| s.hash.as_str())
+        .collect();
+    hashes.sort_unstable();
+    held.sort_unstable();
+    (holder != *run && hashes == held).then_some(holder)
+}
+
+/// Commits `run` as a run of its own that shares `holder`'s stored files (hard links: no
+/// copy, and removing either run leaves the other whole), with this ingest's tags and paths.
+#[allow(clippy::too_many_arguments)]
+fn share_run(
+    mut writer: gpuq_engine::StoreWriter,
+    run: &RunId,
+    holder: &RunId,
+    sources: &[Source],
+    hashes: &[&str],
+    opts: &IngestOptions,
+    mut report: RunReport,
+    started: Instant,
+) -> Result<RunReport, IngestError> {
+    let entry = writer.manifest().runs[holder].clone();
+    let staged = entry
+        .files
+        .iter()
+        .map(|f| writer.link_part(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut meta = entry.meta;
+    meta.imported_at_ns = now_ns();
+    meta.tags = opts.tags.iter().cloned().collect();
+    for stored in &mut meta.sources {
+        if let Some(i) = hashes.iter().position(|h| *h == stored.hash) {
+            stored.path = sources[i].path.display().to_string();
+        }
+    }
+    report.files = sources.len();
+    report.input_bytes = sources.iter().map(|s| s.size).sum();
+    report.describe(&meta);
+    report.shared_from = Some(holder.clone());
+    report.version = Some(writer.put_run(run, meta, staged, PutMode::Create)?);
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Commits each of `done` as a run of its own, named after its file (`-2`, `-3`, ... where
+/// the name is taken, in the store or by another file: a file of another job must not be
+/// appended to a stored run), because the files are not one job (`why`). A file whose rows
+/// carry a rank given by its position is parsed again alone, so that it is stored as it
+/// would be by itself.
+#[allow(clippy::too_many_arguments)]
+fn split_run(
+    store: &Store,
+    mut writer: gpuq_engine::StoreWriter,
+    run: &RunId,
+    sources: &[Source],
+    done: Vec<IngestedFile>,
+    opts: &IngestOptions,
+    progress: &dyn Progress,
+    why: &str,
+) -> Result<Vec<RunReport>, IngestError> {
+    // With --replace the runs named after the files are replaced.
+    let mut taken: BTreeSet<RunId> = if opts.replace {
+        BTreeSet::new()
+    } else {
+        writer.manifest().runs.keys().cloned().collect()
+    };
+    let mut reports = Vec::new();
+    let mut again = Vec::new();
+    let mut runs = Vec::new();
+    for file in done {
+        let src = &sources[file.source];
+        let name = file_run_name(&src.path, &mut taken)?;
+        if file.positional_rank {
+            again.push((name, src.reopen()));
+            continue;
+        }
+        let exists = writer.manifest().runs.contains_key(&name);
+        let mut report = RunReport::new(name.clone(), exists && !opts.replace);
+        let mut meta = file.meta;
+        meta.imported_at_ns = now_ns();
+        meta.tags = opts.tags.iter().cloned().collect();
+        report.describe(&meta);
+        report.files = 1;
+        report.redacted = file.redacted;
+        report.input_bytes = src.size;
+        report.content_bytes = src.content_bytes();
+        report.seconds = file.seconds;
+        report.split_from = Some((run.clone(), why.to_string()));
+        reports.push(report);
+        runs.push((name, meta, file.staged));
+    }
+    // One commit: a commit clears the staging area, where the other files' parts still are.
+    if !runs.is_empty() {
+        let version = writer.put_runs(runs, put_mode(opts))?;
+        for report in &mut reports {
+            report.version = Some(version);
+        }
+    }
+    // The lock is per open file: release it before the files parsed again take it.
+    drop(writer);
+    for (name, src) in again {
+        for mut report in ingest_run(store, &name, vec![src], opts, progress)? {
+            report.split_from = Some((run.clone(), why.to_string()));
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+/// A run name from `path`'s file name that no other file of this ingest took.
+fn file_run_name(path: &Path, taken: &mut BTreeSet<RunId>) -> Result<RunId, IngestError> {
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let base = RunId::from_file_name(&file_name)?;
+    let mut name = base.clone();
+    let mut n = 1;
+    while taken.contains(&name) {
+        n += 1;
+        name = RunId::new(&format!("{base}-{n}"))?;
+    }
+    taken.insert(name.clone());
+    Ok(name)
 }
 
 /// Parses `src` into `spool` (Kineto: its counters into `counters`, other adapters keep theirs
@@ -437,6 +791,8 @@ struct FinishedFile {
     staged: Vec<StagedFile>,
     meta: RunMeta,
     rank: Option<i32>,
+    /// The rank the trace itself declares (`rank` may be the fallback by position).
+    declared_rank: Option<i32>,
     redacted: usize,
 }
 
@@ -468,7 +824,7 @@ fn finish_file(
     gpu: Option<GpuInput<'_>>,
     scratch: &WindowScratch,
 ) -> Result<FinishedFile, IngestError> {
-    let rank = parsed
+    let declared_rank = parsed
         .top_level
         .get("distributedInfo")
         .and_then(|d| d.get("rank"))
@@ -476,8 +832,8 @@ fn finish_file(
             r.as_i64()
                 .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
         })
-        .map(|r| r as i32)
-        .or(fallback_rank);
+        .map(|r| r as i32);
+    let rank = declared_rank.or(fallback_rank);
     let time_base_ns = parsed.time_base_ns;
     let host = std::mem::take(&mut parsed.host);
     let host_span = host
@@ -593,6 +949,7 @@ fn finish_file(
         staged,
         meta,
         rank,
+        declared_rank,
         redacted,
     })
 }
@@ -1584,7 +1941,19 @@ mod tests {
         let two = ingest(&store, &[epoch(2), epoch(3)], &run("two"), &NoProgress).unwrap();
         assert_eq!(two[0].files, 2);
         assert!(two[0].warnings.is_empty(), "{:?}", two[0].warnings);
-        let mixed = ingest(&store, &[epoch(4), relative], &run("mixed"), &NoProgress).unwrap();
+        // Refused unless asked for: files on different clocks are not one job.
+        let refused = ingest(
+            &store,
+            &[epoch(4), relative.clone()],
+            &run("mixed"),
+            &NoProgress,
+        );
+        assert!(matches!(refused, Err(IngestError::Unrelated { .. })));
+        let merge = IngestOptions {
+            merge_unrelated: true,
+            ..run("mixed")
+        };
+        let mixed = ingest(&store, &[epoch(4), relative], &merge, &NoProgress).unwrap();
         let key = "sources on different clocks (epoch ns and trace-relative ns) in one run";
         assert_eq!(
             mixed[0].warnings.get(key),
@@ -1592,5 +1961,61 @@ mod tests {
             "{:?}",
             mixed[0].warnings
         );
+    }
+
+    fn facts(path: &str, rank: Option<i32>, span_s: (i64, i64), epoch_time: bool) -> JobFacts {
+        JobFacts {
+            path: path.into(),
+            rank,
+            span: Some((span_s.0 * 1_000_000_000, span_s.1 * 1_000_000_000)),
+            epoch_time,
+        }
+    }
+
+    #[test]
+    fn files_are_one_job_only_with_distinct_ranks_one_clock_and_no_long_gap() {
+        let t = 1_700_000_000;
+        let ranks: Vec<JobFacts> = (0..4)
+            .map(|r| facts(&format!("r{r}"), Some(r), (t + r as i64, t + 30), true))
+            .collect();
+        assert_eq!(unrelated(&ranks), None);
+        // Chained spans: each within a minute of the furthest end so far.
+        let chained = [
+            facts("a", None, (t, t + 100), true),
+            facts("b", None, (t + 150, t + 200), true),
+            facts("c", None, (t + 50, t + 60), true),
+        ];
+        assert_eq!(unrelated(&chained), None);
+        let twice = [
+            facts("a", Some(0), (t, t + 1), true),
+            facts("b", Some(0), (t, t + 1), true),
+        ];
+        assert_eq!(
+            unrelated(&twice),
+            Some(("a".into(), "b".into(), "both are rank 0".into()))
+        );
+        let apart = [
+            facts("late", Some(1), (t + 3 * 86_400, t + 3 * 86_400 + 5), true),
+            facts("early", Some(0), (t, t + 5), true),
+        ];
+        assert_eq!(
+            unrelated(&apart),
+            Some((
+                "early".into(),
+                "late".into(),
+                "3.0 days apart in time".into()
+            ))
+        );
+        let clocks = [
+            facts("e", None, (t, t + 1), true),
+            facts("s", None, (0, 1), false),
+        ];
+        assert!(unrelated(&clocks).unwrap().2.contains("clock"));
+        // Session clocks of different files cannot be compared: no gap is measured.
+        let sessions = [
+            facts("s0", Some(0), (0, 10), false),
+            facts("s1", Some(1), (5000, 5010), false),
+        ];
+        assert_eq!(unrelated(&sessions), None);
     }
 }

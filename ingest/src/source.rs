@@ -141,6 +141,20 @@ fn decompress(r: Box<dyn Read + Send>, c: Compression) -> std::io::Result<Box<dy
     })
 }
 
+/// Counts the decompressed bytes read.
+struct CountRead<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for CountRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 /// Counts raw bytes read (for progress) and hashes them (for deduplication).
 struct Tap<R> {
     inner: R,
@@ -166,6 +180,8 @@ pub struct Source {
     pub compression: Compression,
     pub format: Format,
     read: Arc<AtomicU64>,
+    /// Decompressed bytes read through [`Self::reader`].
+    decompressed: Arc<AtomicU64>,
     hasher: Arc<Mutex<XxHash3_128>>,
 }
 
@@ -187,8 +203,32 @@ impl Source {
             compression,
             format,
             read: Arc::new(AtomicU64::new(0)),
+            decompressed: Arc::new(AtomicU64::new(0)),
             hasher: Arc::new(Mutex::new(XxHash3_128::new())),
         })
+    }
+
+    /// The same source with fresh byte counters and hasher, to read it once more.
+    pub fn reopen(&self) -> Source {
+        Source {
+            path: self.path.clone(),
+            files: self.files.clone(),
+            size: self.size,
+            compression: self.compression,
+            format: self.format,
+            read: Arc::new(AtomicU64::new(0)),
+            decompressed: Arc::new(AtomicU64::new(0)),
+            hasher: Arc::new(Mutex::new(XxHash3_128::new())),
+        }
+    }
+
+    /// Bytes of content: the decompressed bytes read of a compressed file (what a parse
+    /// costs, and what ingest speed is measured on), else the size.
+    pub fn content_bytes(&self) -> u64 {
+        match self.compression {
+            Compression::None => self.size,
+            _ => self.decompressed.load(Ordering::Relaxed).max(self.size),
+        }
     }
 
     /// The decompressed content. Reading it feeds [`Self::bytes_read`] and [`Self::hash`].
@@ -200,7 +240,14 @@ impl Source {
             hasher: self.hasher.clone(),
         };
         let raw: Box<dyn Read + Send> = Box::new(BufReader::with_capacity(1 << 20, tap));
-        decompress(raw, self.compression)
+        let content = decompress(raw, self.compression)?;
+        if self.compression == Compression::None {
+            return Ok(content);
+        }
+        Ok(Box::new(CountRead {
+            inner: content,
+            read: self.decompressed.clone(),
+        }))
     }
 
     pub fn bytes_read(&self) -> u64 {
@@ -362,6 +409,7 @@ mod tests {
             compression: Compression::None,
             format: Format::Kineto,
             read: Arc::new(AtomicU64::new(0)),
+            decompressed: Arc::new(AtomicU64::new(0)),
             hasher: Arc::new(Mutex::new(XxHash3_128::new())),
         };
         let mut read = Vec::new();

@@ -152,9 +152,10 @@ fn replace_remove_and_tag() {
     assert_eq!(e.files.len(), 1);
     assert_eq!(e.files[0].rows, 5);
     assert_eq!(e.meta.sources[0].hash, "b");
-    // The replaced file stays for readers still on the old version.
+    // The replaced file stays for readers still on the old version, outside the Hive tree.
     assert_eq!(m.tombstones.len(), 1);
-    assert!(dir.path().join(&m.tombstones[0].path).exists());
+    assert!(store.paths().data_file(&m.tombstones[0].path).exists());
+    assert!(!store.paths().absolute(&m.tombstones[0].path).exists());
 
     let s = w
         .write_part(TableKind::Counters, vec![counters(7, 50)])
@@ -254,12 +255,16 @@ fn old_manifest_versions_are_pruned() {
 
 /// Every row of `run`'s counters, read back from the files of the current version.
 fn counter_rows(store: &Store, run: &RunId) -> Vec<(i64, i64)> {
+    counter_rows_of(store, &store.manifest().unwrap(), run)
+}
+
+/// Every row of `run`'s counters in version `m`, read where a reader of `m` reads them.
+fn counter_rows_of(store: &Store, m: &Manifest, run: &RunId) -> Vec<(i64, i64)> {
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::Int64Type;
-    let m = store.manifest().unwrap();
     let mut rows = Vec::new();
     for f in &m.runs[run].files {
-        for b in part::read_parquet(f.table, &store.paths().absolute(&f.path)).unwrap() {
+        for b in part::read_parquet(f.table, &store.file_path(m, &f.path)).unwrap() {
             let ts = b.column_by_name("ts").unwrap().as_primitive::<Int64Type>();
             let pid = b.column_by_name("pid").unwrap().as_primitive::<Int64Type>();
             rows.extend((0..b.num_rows()).map(|i| (ts.value(i), pid.value(i))));
@@ -378,4 +383,179 @@ fn a_new_run_and_appends_of_large_parts_are_not_compacted() {
         store.manifest().unwrap().runs[&other].files.len(),
         AUTO_COMPACT_PARTS + 1
     );
+}
+
+/// The relative paths of every file the version names (what the Hive tree must hold).
+fn named_files(m: &Manifest) -> Vec<String> {
+    let mut out: Vec<String> = m
+        .runs
+        .values()
+        .flat_map(|e| e.files.iter().map(|f| f.path.clone()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn put(w: &mut StoreWriter, name: &str, rows: &[usize], mode: PutMode) {
+    let staged = rows
+        .iter()
+        .map(|&n| {
+            w.write_part(TableKind::Counters, vec![counters(n, 0)])
+                .unwrap()
+        })
+        .collect();
+    w.put_run(&run(name), meta(name), staged, mode).unwrap();
+}
+
+#[test]
+fn the_hive_tree_holds_exactly_the_current_version_while_older_readers_keep_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "r", &[10, 20], PutMode::Create);
+    put(&mut w, "other", &[5], PutMode::Create);
+    let v1 = store.manifest().unwrap();
+    assert_eq!(data_files(dir.path()), named_files(&v1));
+    let rows_v1 = counter_rows_of(&store, &v1, &run("r"));
+    assert_eq!(rows_v1.len(), 30);
+
+    // Replace: the old files leave the Hive tree at once; a reader of v1 still reads them.
+    put(&mut w, "r", &[7], PutMode::Replace);
+    let v2 = store.manifest().unwrap();
+    assert_eq!(data_files(dir.path()), named_files(&v2));
+    assert_eq!(counter_rows_of(&store, &v1, &run("r")), rows_v1);
+    assert_eq!(counter_rows(&store, &run("r")).len(), 7);
+
+    // Appends, then compaction: the merged parts leave the tree too.
+    for _ in 0..3 {
+        put(&mut w, "r", &[3], PutMode::Append);
+    }
+    let v3 = store.manifest().unwrap();
+    assert!(w.compact_run(&run("r")).unwrap() > 0);
+    assert_eq!(
+        data_files(dir.path()),
+        named_files(&store.manifest().unwrap())
+    );
+    assert_eq!(
+        counter_rows(&store, &run("r")),
+        counter_rows_of(&store, &v3, &run("r"))
+    );
+
+    // Removal.
+    w.remove_run(&run("r")).unwrap();
+    let v4 = store.manifest().unwrap();
+    assert_eq!(data_files(dir.path()), named_files(&v4));
+    assert_eq!(counter_rows_of(&store, &v2, &run("r")).len(), 7);
+    assert_eq!(counter_rows_of(&store, &v1, &run("r")), rows_v1);
+}
+
+#[test]
+fn a_writer_that_died_after_its_commit_leaves_a_hive_tree_the_next_one_repairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "r", &[10], PutMode::Create);
+    let v1 = store.manifest().unwrap();
+    put(&mut w, "r", &[4], PutMode::Replace);
+    drop(w);
+    let v2 = store.manifest().unwrap();
+    // As if the writer died between the manifest and the Hive tree: the new file is not
+    // linked yet and the dropped one still is.
+    let new = &named_files(&v2)[0];
+    let old = &named_files(&v1)[0];
+    fs::remove_file(store.paths().absolute(new)).unwrap();
+    fs::hard_link(store.paths().data_file(old), store.paths().absolute(old)).unwrap();
+    assert_ne!(data_files(dir.path()), named_files(&v2));
+    drop(store.writer().unwrap());
+    assert_eq!(data_files(dir.path()), named_files(&v2));
+    // The dropped file is still kept for readers of v1.
+    assert_eq!(counter_rows_of(&store, &v1, &run("r")).len(), 10);
+}
+
+#[test]
+fn a_store_from_before_the_data_area_is_read_as_it_was_and_moved_on_its_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "r", &[10, 6], PutMode::Create);
+    drop(w);
+    // The old layout: files only in the Hive tree, a manifest without `data_area`.
+    fs::remove_dir_all(store.paths().data_dir()).unwrap();
+    let mut old = (*store.manifest().unwrap()).clone();
+    old.version += 1;
+    old.data_area = false;
+    let json = serde_json::to_value(&old).unwrap();
+    let mut json = json.as_object().unwrap().clone();
+    json.remove("data_area");
+    fs::write(
+        store.paths().manifest_file(old.version),
+        serde_json::to_vec(&json).unwrap(),
+    )
+    .unwrap();
+    let v_old = store.manifest().unwrap();
+    assert!(!v_old.data_area);
+    assert_eq!(counter_rows(&store, &run("r")).len(), 16);
+
+    let mut w = store.writer().unwrap();
+    put(&mut w, "s", &[3], PutMode::Create);
+    let v_new = store.manifest().unwrap();
+    assert!(v_new.data_area);
+    assert_eq!(data_files(dir.path()), named_files(&v_new));
+    assert_eq!(counter_rows(&store, &run("r")).len(), 16);
+    w.remove_run(&run("r")).unwrap();
+    assert_eq!(
+        data_files(dir.path()),
+        named_files(&store.manifest().unwrap())
+    );
+    assert_eq!(counter_rows_of(&store, &v_new, &run("r")).len(), 16);
+}
+
+#[test]
+fn a_run_sharing_another_runs_files_survives_its_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10, 6], PutMode::Create);
+    let files = store.manifest().unwrap().runs[&run("a")].files.clone();
+    let staged = files.iter().map(|f| w.link_part(f).unwrap()).collect();
+    w.put_run(&run("b"), meta("a"), staged, PutMode::Create)
+        .unwrap();
+    let m = store.manifest().unwrap();
+    assert_eq!(data_files(dir.path()), named_files(&m));
+    assert_eq!(
+        counter_rows(&store, &run("b")),
+        counter_rows(&store, &run("a"))
+    );
+    w.remove_run(&run("a")).unwrap();
+    // Past the grace period the next writer deletes a's files; b's links keep the data.
+    let mut m = (*store.manifest().unwrap()).clone();
+    for t in &mut m.tombstones {
+        t.removed_at_ms = 0;
+    }
+    w.base = m;
+    w.collect_garbage().unwrap();
+    assert_eq!(counter_rows(&store, &run("b")).len(), 16);
+    assert!(!store.paths().data_file(&files[0].path).exists());
+}
+
+#[test]
+fn a_replace_keeps_the_tags_unless_it_gives_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "r", &[1], PutMode::Create);
+    w.set_tags(&run("r"), &[("commit".into(), "abc".into())])
+        .unwrap();
+    put(&mut w, "r", &[2], PutMode::Replace);
+    let tags = store.manifest().unwrap().runs[&run("r")].meta.tags.clone();
+    assert_eq!(tags.get("commit").map(String::as_str), Some("abc"));
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(3, 0)])
+        .unwrap();
+    let mut m = meta("r");
+    m.tags.insert("branch".into(), "dev".into());
+    w.put_run(&run("r"), m, vec![s], PutMode::Replace).unwrap();
+    let tags = store.manifest().unwrap().runs[&run("r")].meta.tags.clone();
+    assert_eq!(tags.len(), 1);
+    assert_eq!(tags["branch"], "dev");
 }
