@@ -79,6 +79,9 @@ pub enum Command {
     Top {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         /// Show the N kernels with the most time
         #[arg(short = 'n', long)]
         limit: Option<usize>,
@@ -89,6 +92,9 @@ pub enum Command {
     Gaps {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         /// Only gaps longer than this (e.g. 100us, 1.5ms; default: every gap)
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         min_gap: Option<i64>,
@@ -105,6 +111,9 @@ pub enum Command {
     Util {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         /// Chunks per device (1 to 1000)
         #[arg(long, default_value_t = 30)]
         chunks: i64,
@@ -118,6 +127,9 @@ pub enum Command {
     Breakdown {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -125,6 +137,9 @@ pub enum Command {
     Roofline {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -132,6 +147,9 @@ pub enum Command {
     Stages {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -139,6 +157,9 @@ pub enum Command {
     Findings {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -405,6 +426,11 @@ pub fn parse_pct(s: &str) -> Result<f64, String> {
 }
 
 /// A duration argument (`500us`, `1.5ms`, `0`) -> ns.
+/// A `--steps` range, checked here so that a typo fails before anything runs.
+fn parse_steps(s: &str) -> Result<String, String> {
+    gpuq_query::analyses::StepRange::parse(s).map(|_| s.to_string())
+}
+
 fn parse_duration(s: &str) -> Result<i64, String> {
     if s == "0" {
         return Ok(0);
