@@ -84,6 +84,9 @@ pub enum Command {
     Top {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         /// Show the N kernels with the most time
         #[arg(short = 'n', long)]
         limit: Option<usize>,
@@ -94,6 +97,9 @@ pub enum Command {
     Gaps {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         /// Only gaps longer than this (e.g. 100us, 1.5ms; default: every gap)
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         min_gap: Option<i64>,
@@ -110,6 +116,9 @@ pub enum Command {
     Util {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         /// Chunks per device (1 to 1000)
         #[arg(long, default_value_t = 30)]
         chunks: i64,
@@ -123,6 +132,9 @@ pub enum Command {
     Breakdown {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -130,6 +142,9 @@ pub enum Command {
     Roofline {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -137,6 +152,9 @@ pub enum Command {
     Stages {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -144,6 +162,9 @@ pub enum Command {
     Findings {
         /// Run name
         run: String,
+        /// Only the profiler steps in this range: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -423,6 +444,11 @@ pub fn parse_pct(s: &str) -> Result<f64, String> {
 }
 
 /// A duration argument (`500us`, `1.5ms`, `0`) -> ns.
+/// A `--steps` range, checked here so that a typo fails before anything runs.
+fn parse_steps(s: &str) -> Result<String, String> {
+    gpuq_query::analyses::StepRange::parse(s).map(|_| s.to_string())
+}
+
 fn parse_duration(s: &str) -> Result<i64, String> {
     if s == "0" {
         return Ok(0);

@@ -89,9 +89,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(exit_code(errors))
         }
         Command::Runs { action, format } => runs(&open_store(&store_path)?, action, format).await,
-        Command::Top { run, limit, format } => {
+        Command::Top {
+            run,
+            limit,
+            steps,
+            format,
+        } => {
             let limit = limit.map(|n| Some(n as i64));
-            let sql = analyses::select_sql("top_kernels", &run, &[limit.flatten()]);
+            let sql =
+                analyses::select_sql_in("top_kernels", &run, &[limit.flatten()], steps.as_deref());
             let sql = if format == OutputFormat::Table {
                 format!(
                     "SELECT name, time_pct, fmt_dur(total) AS total, instances, fmt_dur(avg) AS avg, \
@@ -108,18 +114,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             min_gap,
             limit,
             per_stream,
+            steps,
             format,
         } => {
-            let sql = gaps_sql(&run, min_gap, limit, per_stream, format);
+            let sql = gaps_sql(&run, min_gap, limit, per_stream, steps.as_deref(), format);
             analysis(&store_path, &run, &sql, format).await
         }
         Command::Util {
             run,
             chunks,
             threshold,
+            steps,
             format,
         } => {
-            let sql = analyses::select_sql("gpu_util", &run, &[Some(chunks), threshold]);
+            let sql = analyses::select_sql_in(
+                "gpu_util",
+                &run,
+                &[Some(chunks), threshold],
+                steps.as_deref(),
+            );
             let sql = if format == OutputFormat::Table {
                 format!(
                     "SELECT rank, pid, device, ts, {}, fmt_dur(dur) AS duration, in_use_pct \
@@ -132,8 +145,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             analysis(&store_path, &run, &sql, format).await
         }
-        Command::Breakdown { run, format } => {
-            let sql = analyses::select_sql("breakdown", &run, &[]);
+        Command::Breakdown { run, steps, format } => {
+            let sql = analyses::select_sql_in("breakdown", &run, &[], steps.as_deref());
             let sql = if format == OutputFormat::Table {
                 format!(
                     "SELECT rank, pid, device, fmt_dur(span) AS span, fmt_dur(busy) AS busy, \
@@ -147,8 +160,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             analysis(&store_path, &run, &sql, format).await
         }
-        Command::Roofline { run, format } => {
-            let sql = analyses::select_sql("roofline", &run, &[]);
+        Command::Roofline { run, steps, format } => {
+            let sql = analyses::select_sql_in("roofline", &run, &[], steps.as_deref());
             let sql = if format == OutputFormat::Table {
                 format!(
                     "SELECT op, dtype, gpu, instances, fmt_dur(kernel_time) AS kernel_time, \
@@ -159,12 +172,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 sql
             };
-            analysis(&store_path, &run, &sql, format).await
+            let code = analysis(&store_path, &run, &sql, format).await?;
+            roofline_notes(&store_path, &run, steps.as_deref()).await?;
+            Ok(code)
         }
-        Command::Stages { run, format } => {
+        Command::Stages { run, steps, format } => {
             let (stages, steps) = (
-                analyses::select_sql("stages", &run, &[]),
-                analyses::select_sql("step_stats", &run, &[]),
+                analyses::select_sql_in("stages", &run, &[], steps.as_deref()),
+                analyses::select_sql_in("step_stats", &run, &[], steps.as_deref()),
             );
             let sql = if format == OutputFormat::Table {
                 format!(
@@ -181,7 +196,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             analysis(&store_path, &run, &sql, format).await
         }
-        Command::Findings { run, format } => findings(&store_path, &run, format).await,
+        Command::Findings { run, steps, format } => {
+            findings(&store_path, &run, steps.as_deref(), format).await
+        }
         Command::Diff {
             a,
             b,
@@ -324,6 +341,7 @@ fn gaps_sql(
     min_gap: Option<i64>,
     limit: Option<usize>,
     per_stream: bool,
+    steps: Option<&str>,
     format: OutputFormat,
 ) -> String {
     let function = if per_stream {
@@ -331,7 +349,7 @@ fn gaps_sql(
     } else {
         "gpu_gaps"
     };
-    let gaps = analyses::select_sql(function, run, &[min_gap]);
+    let gaps = analyses::select_sql_in(function, run, &[min_gap], steps);
     let keys = if per_stream {
         "rank, pid, device, stream"
     } else {
@@ -373,9 +391,29 @@ fn since_start(ts: &str) -> String {
     )
 }
 
+/// Why `gpuq roofline` printed no row or no verdict, and how to fix it (on stderr, so that CSV
+/// and JSON output stay clean).
+async fn roofline_notes(store_path: &Path, run: &str, steps: Option<&str>) -> anyhow::Result<()> {
+    let ctx = session_with_run(store_path, run).await?;
+    let range = steps
+        .map(analyses::StepRange::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let scope = analyses::data::Scope::load(&ctx, run, range).await?;
+    for note in analyses::roofline::notes(&ctx, run, &scope).await? {
+        eprintln!("note: {note}");
+    }
+    Ok(())
+}
+
 /// `gpuq findings`: a numbered list for people; rows for machines.
-async fn findings(store_path: &Path, run: &str, format: OutputFormat) -> anyhow::Result<ExitCode> {
-    let sql = analyses::select_sql("findings", run, &[]);
+async fn findings(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("findings", run, &[], steps);
     if format != OutputFormat::Table {
         return analysis(store_path, run, &sql, format).await;
     }
@@ -715,7 +753,7 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
         failed += run_sql_text(&ctx, sql, OutputFormat::Table, &mut std::io::stdout()).await;
     }
     println!("\nFindings (gpuq findings demo):\n");
-    findings(store.root(), "demo", OutputFormat::Table).await?;
+    findings(store.root(), "demo", None, OutputFormat::Table).await?;
     // A second run of the same job with one GEMM made 50 % slower: what `gpuq diff` shows.
     let pr_cfg = SynthConfig {
         kernel_scale: Some(("gemm_relu".into(), 150)),

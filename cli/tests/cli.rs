@@ -1242,3 +1242,129 @@ fn diff_check_and_trend_find_an_injected_regression_and_pass_noise() {
         stdout(&o)
     );
 }
+
+#[test]
+fn analysis_commands_take_a_step_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = generate(dir.path(), "steps.json", 400_000, 3);
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let steps = query_csv(&store, "SELECT min(step), max(step) FROM step_stats('r')");
+    let (first, last): (i64, i64) = {
+        let row = steps.lines().nth(1).unwrap();
+        let (a, b) = row.split_once(',').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    assert!(last - first >= 2, "{steps}");
+    let range = format!("{}..{}", first + 1, first + 2);
+    for command in [
+        "top",
+        "gaps",
+        "util",
+        "breakdown",
+        "roofline",
+        "stages",
+        "findings",
+    ] {
+        let o = gpuq(
+            &store,
+            &[command, "r", "--steps", &range, "--format", "csv"],
+        );
+        assert!(o.status.success(), "{command}: {}", stderr(&o));
+    }
+    // The command prints what the table function returns for the range.
+    let o = gpuq(&store, &["top", "r", "--steps", &range, "--format", "csv"]);
+    let want = query_csv(
+        &store,
+        &format!("SELECT * FROM top_kernels('r', NULL, '{range}')"),
+    );
+    assert_eq!(stdout(&o), want);
+    let whole = query_csv(&store, "SELECT * FROM top_kernels('r')");
+    assert_ne!(want, whole);
+    let o = gpuq(
+        &store,
+        &["stages", "r", "--steps", &range, "--format", "csv"],
+    );
+    let per_step = stdout(&o);
+    let step_rows = per_step
+        .lines()
+        .filter(|l| {
+            l.starts_with("r,")
+                && l.split(',')
+                    .nth(2)
+                    .is_some_and(|s| s.parse::<i64>().is_ok())
+        })
+        .count();
+    assert_eq!(step_rows, 2, "{per_step}");
+
+    // A range without a step of the run, and a range that is not one.
+    let o = gpuq(&store, &["breakdown", "r", "--steps", "900"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(&format!(
+            "no step of run r is in the range 900 (its steps: {first}..{last})"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = gpuq(&store, &["findings", "r", "--steps", "5..3"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is empty"), "{}", stderr(&o));
+}
+
+#[test]
+fn roofline_explains_an_empty_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = dir.path().join("noshapes.json");
+    std::fs::write(
+        &trace,
+        r#"{"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 11, "ts": 100, "dur": 50},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 110, "dur": 5, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 40, "args": {"device": 0, "stream": 7, "correlation": 1}}
+]}"#,
+    )
+    .unwrap();
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpuq(&store, &["roofline", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "header only: {}", stdout(&o));
+    assert!(
+        stderr(&o).contains("note: roofline is empty: the trace has no input shapes")
+            && stderr(&o).contains("record_shapes=True"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_stage_log_with_naive_times_asks_for_an_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let log = dir.path().join("stages.jsonl");
+    std::fs::write(
+        &log,
+        "{\"ts\": \"2026-12-02T10:00:00\", \"stage\": \"load\", \"event\": \"begin\"}\n\
+         {\"ts\": \"2026-12-02T10:00:05\", \"stage\": \"load\", \"event\": \"end\"}\n",
+    )
+    .unwrap();
+    let o = gpuq(&store, &["ingest", log.to_str().unwrap(), "--run", "s"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("stages.jsonl")
+            && err.contains("line 1")
+            && err.contains("a UTC offset is needed"),
+        "{err}"
+    );
+    assert!(!err.contains("unrecognised format"), "{err}");
+    let runs = gpuq(&store, &["runs", "--format", "csv"]);
+    assert!(
+        !stdout(&runs).lines().any(|l| l.starts_with("s,")),
+        "{}",
+        stdout(&runs)
+    );
+}

@@ -343,13 +343,21 @@ struct IngestedFile {
 fn ingest_run(
     store: &Store,
     run: &RunId,
-    sources: Vec<Source>,
+    mut sources: Vec<Source>,
     opts: &IngestOptions,
     progress: &dyn Progress,
 ) -> Result<Vec<RunReport>, IngestError> {
     let started = Instant::now();
     let mut writer = store.writer()?;
     let exists = writer.manifest().runs.contains_key(run);
+    // Stage logs go on the clock of the run's traces, so those are read first.
+    sources.sort_by_key(|s| s.format == Format::StageLog);
+    let stored_clock = writer
+        .manifest()
+        .runs
+        .get(run)
+        .filter(|_| !opts.replace)
+        .and_then(|e| stagelog::clock::RunClock::of(&e.meta));
     let mut report = RunReport::new(run.clone(), exists && !opts.replace);
     let holders = stored_holders(&writer, run, &sources, opts)?;
     if let Some(holder) = shareable(&writer, run, &holders, opts, exists) {
@@ -394,9 +402,23 @@ fn ingest_run(
         // the bytes past the hasher: hash those files on a thread of their own meanwhile,
         // instead of reading them once more afterwards (1.5 s for a 1 GB export).
         let reads_itself = matches!(src.format, Format::Nsys | Format::Rocprof);
+        let run_clock = match src.format {
+            Format::StageLog if formats.iter().any(|f| *f != Format::StageLog) => {
+                meta.as_ref().and_then(stagelog::clock::RunClock::of)
+            }
+            Format::StageLog => stored_clock.clone(),
+            _ => None,
+        };
         let (parsed, hash) = std::thread::scope(|scope| {
             let early_hash = reads_itself.then(|| scope.spawn(|| src.hash()));
-            let parsed = parse_source(src, opts, progress, &mut spool, &mut counters);
+            let parsed = parse_source(
+                src,
+                opts,
+                progress,
+                run_clock.as_ref(),
+                &mut spool,
+                &mut counters,
+            );
             let hash = match early_hash {
                 Some(h) => h
                     .join()
@@ -734,6 +756,7 @@ fn parse_source(
     src: &Source,
     opts: &IngestOptions,
     progress: &dyn Progress,
+    run_clock: Option<&stagelog::clock::RunClock>,
     spool: &mut Spool,
     counters: &mut Spool,
 ) -> Result<(ParsedTrace, Option<nsys::GpuTables>), IngestError> {
@@ -776,9 +799,10 @@ fn parse_source(
             }),
         Format::StageLog => {
             let reader = src.reader().map_err(io_error(&src.path))?;
-            stagelog::parse(
+            stagelog::parse_onto(
                 std::io::BufReader::with_capacity(1 << 20, reader),
                 opts.lenient,
+                run_clock,
                 &mut |b| spool.push(b),
             )
             .map(|t| (t, None))

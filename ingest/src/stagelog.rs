@@ -99,7 +99,8 @@
 //!
 //! Times are epoch ns (`epoch_time`, `time_base_ns = 0`); the stages are also host annotation
 //! intervals (thread `(pid or 0, tid or 0)`) for attribution. Nothing reaches the sink unless
-//! the whole log parsed.
+//! the whole log parsed. A log added to a run with traces is first put on the run's clock, or
+//! refused when its times do not overlap the run's ([`clock`]).
 
 use crate::events::{Event, EventColumns, HostInterval, Kind};
 use crate::json::{Cursor, Scalar};
@@ -116,6 +117,8 @@ use std::collections::HashMap;
 use std::io::BufRead;
 
 const UNPARSABLE: &str = "unparsable lines skipped";
+/// The start of the error for a time without a UTC offset.
+const NAIVE_TIMESTAMP: &str = "ISO-8601 timestamp without a UTC offset";
 const END_WITHOUT_BEGIN: &str = "stage ends without a begin (skipped)";
 const END_BEFORE_BEGIN: &str = "stage ends before its begin (dropped)";
 const UNTERMINATED: &str = "stages without an end, closed at the last log timestamp";
@@ -138,6 +141,9 @@ pub fn looks_like_stage_log(head: &str) -> bool {
             Ok(Line::Blank) => continue,
             Ok(Line::Other { .. }) => {}
             Ok(Line::Marker(_)) => marker = true,
+            // A stage log with naive times: [`parse`] says which line needs an offset, where
+            // "unrecognised format" would not say what is wrong.
+            Err(e) if e.contains(NAIVE_TIMESTAMP) => marker = true,
             Err(_) if first && (complete || i < last) => return false,
             Err(_) => {}
         }
@@ -150,8 +156,19 @@ pub fn looks_like_stage_log(head: &str) -> bool {
 /// `ParsedTrace.warnings`; otherwise the first such line is an error (TraceError::at_line,
 /// 1-based). See the module documentation for the grammars and the pairing rules.
 pub fn parse(
+    reader: impl BufRead,
+    lenient: bool,
+    sink: &mut EventSink<'_>,
+) -> Result<ParsedTrace, TraceError> {
+    parse_onto(reader, lenient, None, sink)
+}
+
+/// [`parse`] for a log added to a run whose traces are on `run_clock`: the stages are moved
+/// onto that clock, or the log is refused when its times do not overlap the run's.
+pub fn parse_onto(
     mut reader: impl BufRead,
     lenient: bool,
+    run_clock: Option<&clock::RunClock>,
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
     let mut trace = ParsedTrace {
@@ -201,6 +218,15 @@ pub fn parse(
     }
     let mut stages = pairing.finish(&mut trace);
     stages.sort_by_key(|s| (s.ts, std::cmp::Reverse(s.dur), s.line));
+    let first = stages.iter().map(|s| s.ts).min();
+    let last = stages.iter().map(|s| s.ts.saturating_add(s.dur)).max();
+    if let (Some(run_clock), Some(first), Some(last)) = (run_clock, first, last) {
+        let shift = run_clock.place(first, last).map_err(TraceError::whole)?;
+        for s in &mut stages {
+            s.ts += shift;
+        }
+        trace.epoch_time = run_clock.epoch;
+    }
     let mut columns = EventColumns::with_capacity(stages.len().min(BATCH_ROWS));
     for s in &stages {
         let event = Event {
@@ -423,9 +449,11 @@ fn civil_to_ns(c: &Civil<'_>, default_offset: Option<i64>) -> Result<i64, String
             sign * (i64::from(h) * 3600 + i64::from(m) * 60)
         }
         None => default_offset.ok_or_else(|| {
-            "ISO-8601 timestamp without a UTC offset (add `Z` or `+HH:MM`: a naive local time \
-             cannot be aligned with the GPU clock)"
-                .to_string()
+            format!(
+                "{NAIVE_TIMESTAMP}: a UTC offset is needed (write the time with `Z` or \
+                 `+HH:MM`, e.g. 2026-12-02T10:00:00Z): a naive local time cannot be aligned \
+                 with the GPU clock"
+            )
         })?,
     };
     let frac_ns = match frac {
@@ -1051,5 +1079,6 @@ impl Pairing {
     }
 }
 
+pub mod clock;
 #[cfg(test)]
 mod tests;

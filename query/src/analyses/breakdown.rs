@@ -13,18 +13,21 @@
 //! | `comm_overlap_pct` | `100 · |comm ∩ compute| / |comm|` (HTA's comm/compute overlap) |
 //! | `memcpy`, `memcpy_exposed` | union of copies; the part overlapped by neither compute nor communication |
 //! | `memset`, `memset_exposed` | union of memsets; the part overlapped by nothing above |
-//! | `sync` | union of the device's `sync` events (GPU-side waits), not part of `busy` |
 //! | `kernel_sum`, `gpu_sum` | plain sums of kernel / all operation durations (what per-op tables add up to) |
-//! | `wall` | first to last event of the rank, host events included |
+//! | `sync` | union of the device's `sync` events (GPU-side waits: stream/event waits the GPU records), not part of `busy`; host calls that block (`cudaDeviceSynchronize`, ...) are `findings`' `sync_api`, on the host |
+//! | `wall` | the trace's window: first to last event of the rank, host events included, stage-log stages not |
 //! | `unaccounted` | `wall - busy`: wall time no GPU operation accounts for (startup, host work, stalls) |
+//! | `wall_with_stages`, `unaccounted_with_stages` | the same over the window widened by the stage log's stages (equal to `wall`, `unaccounted` without a stage log) |
 //!
-//! `compute + comm_exposed + memcpy_exposed + memset_exposed = busy` exactly.
+//! `compute + comm_exposed + memcpy_exposed + memset_exposed = busy` exactly. With a step
+//! range (`breakdown('r', '3..5')`) the operations are those launched in the selected steps and
+//! `wall` is the steps' span.
 //!
 //! ```sql
 //! SELECT device, fmt_dur(busy), idle_pct, comm_overlap_pct FROM breakdown('llama-bs8');
 //! ```
 
-use super::data::{collect, ints, walls, DeviceKey, OpClass, Timelines};
+use super::data::{collect, ints, walls, walls_with_stages, DeviceKey, OpClass, Scope, Timelines};
 use super::intervals::{intersect, length, subtract, union};
 use super::{batch, literal, no_checks, Call, Spec};
 use datafusion::arrow::array::{
@@ -61,6 +64,8 @@ const INT_COLUMNS: &[&str] = &[
     "gpu_sum",
     "wall",
     "unaccounted",
+    "wall_with_stages",
+    "unaccounted_with_stages",
 ];
 
 fn schema() -> SchemaRef {
@@ -101,10 +106,12 @@ pub struct Breakdown {
     pub gpu_sum: i64,
     pub wall: i64,
     pub unaccounted: i64,
+    pub wall_with_stages: i64,
+    pub unaccounted_with_stages: i64,
 }
 
 impl Breakdown {
-    fn ints(&self) -> [i64; 15] {
+    fn ints(&self) -> [i64; 17] {
         [
             self.span,
             self.busy,
@@ -121,6 +128,8 @@ impl Breakdown {
             self.gpu_sum,
             self.wall,
             self.unaccounted,
+            self.wall_with_stages,
+            self.unaccounted_with_stages,
         ]
     }
 
@@ -138,12 +147,19 @@ fn pct(a: i64, b: i64) -> Option<f64> {
     (b > 0).then(|| (1000.0 * a as f64 / b as f64).round() / 10.0)
 }
 
+/// The trace's window per rank, and the same widened by the stage log's stages.
+#[derive(Debug, Clone, Default)]
+pub struct Walls {
+    pub trace: HashMap<Option<i32>, (i64, i64)>,
+    pub with_stages: HashMap<Option<i32>, (i64, i64)>,
+}
+
 /// The breakdown of every device timeline of a loaded run. `syncs` are the GPU-side sync
 /// intervals per timeline, `walls` the first/last event per rank.
 pub fn breakdowns(
     timelines: &Timelines,
     syncs: &HashMap<DeviceKey, Vec<(i64, i64)>>,
-    walls: &HashMap<Option<i32>, (i64, i64)>,
+    walls: &Walls,
 ) -> Vec<Breakdown> {
     let mut out = Vec::new();
     for (key, ops) in &timelines.devices {
@@ -178,8 +194,11 @@ pub fn breakdowns(
         let sync = syncs
             .get(key)
             .map_or(0, |s| length(&union(s.iter().copied())));
-        let (w0, w1) = walls.get(&key.rank).copied().unwrap_or((first.0, last.1));
-        let wall = w1.max(last.1) - w0.min(first.0);
+        let wall_of = |walls: &HashMap<Option<i32>, (i64, i64)>| {
+            let (w0, w1) = walls.get(&key.rank).copied().unwrap_or((first.0, last.1));
+            w1.max(last.1) - w0.min(first.0)
+        };
+        let (wall, wall_with_stages) = (wall_of(&walls.trace), wall_of(&walls.with_stages));
         debug_assert_eq!(length(&intersect(&comm_exposed, &compute)), 0);
         out.push(Breakdown {
             key: key.clone(),
@@ -206,17 +225,20 @@ pub fn breakdowns(
                 .sum(),
             wall,
             unaccounted: wall - busy,
+            wall_with_stages,
+            unaccounted_with_stages: wall_with_stages - busy,
         });
     }
     out
 }
 
-/// The breakdown of `timelines` (loaded by the caller), with the sync events and wall times it
-/// reads from `run`.
+/// The breakdown of `timelines` (loaded by the caller, restricted to `scope`), with the sync
+/// events and wall times it reads from `run`.
 pub async fn load(
     ctx: &SessionContext,
     run: &str,
     timelines: &Timelines,
+    scope: &Scope,
 ) -> Result<Vec<Breakdown>> {
     let mut syncs: HashMap<DeviceKey, Vec<(i64, i64)>> = HashMap::new();
     let sql = format!(
@@ -238,17 +260,26 @@ pub async fn load(
                     pid: pid[i],
                     device: device[i].map(|d| d as i32),
                 };
-                syncs.entry(key).or_default().push((s, e));
+                if let Some(iv) = scope.clip(key.rank, s, e) {
+                    syncs.entry(key).or_default().push(iv);
+                }
             }
         }
     }
-    let walls = walls(ctx, run).await?;
+    let mut walls = Walls {
+        trace: walls(ctx, run).await?,
+        with_stages: walls_with_stages(ctx, run).await?,
+    };
+    scope.clip_walls(&mut walls.trace);
+    scope.clip_walls(&mut walls.with_stages);
     Ok(breakdowns(timelines, &syncs, &walls))
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let timelines = Timelines::load(&ctx, &call.run, false).await?;
-    let rows = load(&ctx, &call.run, &timelines).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
+    scope.restrict(&mut timelines);
+    let rows = load(&ctx, &call.run, &timelines, &scope).await?;
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.key.rank))),

@@ -1,12 +1,12 @@
 //! Loading one run's rows for the analyses: GPU operations per device timeline, host calls,
 //! annotations, in compact typed form.
 
-use super::literal;
+use super::{literal, StepRange};
 use crate::functions::kernel_class::kernel_class;
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use std::collections::HashMap;
 
@@ -344,11 +344,44 @@ pub async fn ranges(ctx: &SessionContext, run: &str, names: &mut Names) -> Resul
     Ok(out)
 }
 
-/// First start and last end of any event, per rank.
+/// Rows that are not a stage log's stages: the trace's own events.
+const NOT_STAGE_LOG: &str = "(kind <> 'annotation' OR scope IS NULL OR scope <> 'stage')";
+
+/// First start and last end of the trace's events, per rank: the trace's window. A stage log
+/// added to the run does not widen it (see [`walls_with_stages`]).
 pub async fn walls(ctx: &SessionContext, run: &str) -> Result<HashMap<Option<i32>, (i64, i64)>> {
+    spans(ctx, run, NOT_STAGE_LOG).await
+}
+
+/// The trace's window per rank, widened by the stage-log stages (rank-less stages widen
+/// every rank's window).
+pub async fn walls_with_stages(
+    ctx: &SessionContext,
+    run: &str,
+) -> Result<HashMap<Option<i32>, (i64, i64)>> {
+    let mut walls = walls(ctx, run).await?;
+    let stages = spans(ctx, run, &format!("NOT {NOT_STAGE_LOG}")).await?;
+    let widen = |w: &mut (i64, i64), s: (i64, i64)| *w = (w.0.min(s.0), w.1.max(s.1));
+    for (&rank, w) in walls.iter_mut() {
+        for (_, &s) in stages.iter().filter(|(r, _)| r.is_none() || **r == rank) {
+            widen(w, s);
+        }
+    }
+    for (rank, s) in stages {
+        walls.entry(rank).or_insert(s);
+    }
+    Ok(walls)
+}
+
+/// First start and last end of the rows matching `filter`, per rank.
+async fn spans(
+    ctx: &SessionContext,
+    run: &str,
+    filter: &str,
+) -> Result<HashMap<Option<i32>, (i64, i64)>> {
     let mut walls = HashMap::new();
     let sql = format!(
-        "SELECT rank, min(ts), max(ts + dur) FROM events WHERE run = {} GROUP BY rank",
+        "SELECT rank, min(ts), max(ts + dur) FROM events WHERE run = {} AND {filter} GROUP BY rank",
         literal(run)
     );
     for b in collect(ctx, &sql).await? {
@@ -379,4 +412,156 @@ pub async fn steps(ctx: &SessionContext, run: &str) -> Result<Vec<(Option<i32>, 
         }
     }
     Ok(out)
+}
+
+/// The part of a run an analysis looks at: the whole run, or the profiler steps of a
+/// [`StepRange`]. GPU work belongs to the step of its launch (the `step` column), so with a
+/// range only operations launched in a selected step count; time windows (walls, gaps, host
+/// calls, stages) are clipped to the selected steps' span on each rank.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub range: Option<StepRange>,
+    /// rank -> first start and last end of the rank's selected steps.
+    windows: HashMap<Option<i32>, (i64, i64)>,
+    /// The run's selected steps: (rank, step, start, end).
+    pub steps: Vec<(Option<i32>, i64, i64, i64)>,
+}
+
+impl Scope {
+    /// The whole run.
+    pub fn whole() -> Scope {
+        Scope::default()
+    }
+
+    /// The scope of `range` in `run`; a range that selects no step is an error listing the
+    /// run's steps.
+    pub async fn load(ctx: &SessionContext, run: &str, range: Option<StepRange>) -> Result<Scope> {
+        let Some(range) = range else {
+            return Ok(Scope::whole());
+        };
+        let all = steps(ctx, run).await?;
+        let selected: Vec<_> = all
+            .iter()
+            .copied()
+            .filter(|s| range.contains(s.1))
+            .collect();
+        if selected.is_empty() {
+            let mut numbers: Vec<i64> = all.iter().map(|s| s.1).collect();
+            numbers.sort_unstable();
+            numbers.dedup();
+            let has = if numbers.is_empty() {
+                "it has no profiler steps".to_string()
+            } else {
+                format!("its steps: {}", step_list(&numbers))
+            };
+            return Err(DataFusionError::Plan(format!(
+                "no step of run {run} is in the range {range} ({has})"
+            )));
+        }
+        let mut windows: HashMap<Option<i32>, (i64, i64)> = HashMap::new();
+        for &(rank, _, s, e) in &selected {
+            let w = windows.entry(rank).or_insert((s, e));
+            *w = (w.0.min(s), w.1.max(e));
+        }
+        Ok(Scope {
+            range: Some(range),
+            windows,
+            steps: selected,
+        })
+    }
+
+    /// The window of `rank` (the selected steps' span); `None` when the scope is the whole
+    /// run. A rank without steps of its own (a stage log's rank-less rows) gets the span of
+    /// every rank's selected steps.
+    pub fn window(&self, rank: Option<i32>) -> Option<(i64, i64)> {
+        self.range?;
+        self.windows.get(&rank).copied().or_else(|| {
+            let lo = self.windows.values().map(|w| w.0).min()?;
+            let hi = self.windows.values().map(|w| w.1).max()?;
+            Some((lo, hi))
+        })
+    }
+
+    /// `[start, end)` clipped to the window of `rank`; `None` when nothing is left.
+    pub fn clip(&self, rank: Option<i32>, start: i64, end: i64) -> Option<(i64, i64)> {
+        let Some((lo, hi)) = self.window(rank) else {
+            return Some((start, end));
+        };
+        if end <= start {
+            return (start >= lo && start <= hi).then_some((start, end));
+        }
+        let (s, e) = (start.max(lo), end.min(hi));
+        (s < e).then_some((s, e))
+    }
+
+    /// Whether GPU work launched in `step` is in the scope.
+    pub fn keeps(&self, step: Option<i64>) -> bool {
+        match self.range {
+            None => true,
+            Some(range) => step.is_some_and(|s| range.contains(s)),
+        }
+    }
+
+    /// Keeps the operations of the selected steps (and the profiler-overhead rows inside the
+    /// window); timelines left without an operation are dropped.
+    pub fn restrict(&self, timelines: &mut Timelines) {
+        if self.range.is_none() {
+            return;
+        }
+        for (key, ops) in timelines.devices.iter_mut() {
+            let window = self.window(key.rank);
+            ops.retain(|o| match o.class {
+                OpClass::Overhead => window.is_some_and(|(lo, hi)| o.start >= lo && o.end <= hi),
+                _ => self.keeps(o.step),
+            });
+        }
+        timelines.devices.retain(|(_, ops)| !ops.is_empty());
+    }
+
+    /// Per-rank walls clipped to the window.
+    pub fn clip_walls(&self, walls: &mut HashMap<Option<i32>, (i64, i64)>) {
+        if self.range.is_none() {
+            return;
+        }
+        let mut out: HashMap<Option<i32>, (i64, i64)> = HashMap::new();
+        for (&rank, &(s, e)) in walls.iter() {
+            if let Some(w) = self.clip(rank, s, e) {
+                out.insert(rank, w);
+            }
+        }
+        *walls = out;
+    }
+
+    /// Ranges clipped to the window (those outside it dropped).
+    pub fn clip_ranges(&self, ranges: &mut Vec<Range>) {
+        if self.range.is_none() {
+            return;
+        }
+        ranges.retain_mut(|r| match self.clip(r.rank, r.start, r.end) {
+            Some((s, e)) if e > s => {
+                (r.start, r.end) = (s, e);
+                true
+            }
+            _ => false,
+        });
+    }
+}
+
+/// Step numbers as a short list: `0..4, 7, 9..10`.
+fn step_list(sorted: &[i64]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}..{}", sorted[i], sorted[j])
+        } else {
+            sorted[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
 }

@@ -11,22 +11,30 @@
 //! |---|---|---|
 //! | `idle_gaps` | the GPU is idle ≥ 5 % of its span; names the dominant gap cause | `gpu_gaps`, `breakdown` |
 //! | `launch_bound` | time chunks (30 per device) with GPU busy < 50 % where most kernels (≥ 20) are short (< 10 µs or shorter than their launch call) | `gpu_util`, `launch_stats` |
-//! | `sync_memcpy` | Nsight Systems' `cuda_memcpy_sync` rule: `cudaMemcpy*` (not `Async`) copies, except host-to-device ≤ 64 000 B and device-to-device | `launch_stats` |
+//! | `sync_memcpy` | Nsight Systems' `cuda_memcpy_sync` rule: `cudaMemcpy*` (not `Async`) copies, except host-to-device ≤ 64 000 B and device-to-device; impact = the time the calls block *not* waiting for earlier queued work | `launch_stats` |
+//! | `memcpy_wait` | the part of those synchronous copy calls spent while the device was still busy with work queued before the copy: an implicit synchronisation (`.item()`, `.cpu()`), not a slow copy | `launch_stats`, `breakdown` |
 //! | `pageable_memcpy` | `cuda_memcpy_async`: `cudaMemcpy*Async` from or to pageable host memory (synchronous in fact) | memcpy names/args |
-//! | `sync_api` | `cuda_api_sync`: `cudaDeviceSynchronize` / `cudaStreamSynchronize` calls (at most `medium`) | `runtime` |
+//! | `sync_api` | `cuda_api_sync`: host calls that block until the GPU is done ([`HOST_SYNC_CALLS`](super::gaps::HOST_SYNC_CALLS): device, stream, event, context and thread forms, runtime and driver, CUDA and HIP; at most `medium`); their time is host time, unlike `breakdown`'s GPU-side `sync` column | `runtime` |
 //! | `exposed_memcpy` | copies not overlapped by compute or communication ≥ 5 % of busy | `breakdown` |
 //! | `exposed_comm` | communication not hidden by compute ≥ 5 % of busy | `breakdown` |
 //! | `dominant_class` | one kernel class has ≥ 40 % of kernel time; its likely bound by class (always `low`: a hint, not a defect) | `kernel_class` |
 //! | `roofline` | GEMM-like operators with known FLOPs (≥ 10 % of kernel time) run under 70 % of their roof (`min(peak, intensity × bandwidth)`); the bound by arithmetic intensity; impact = the kernel time saved at 70 % (at most `medium`) | `roofline` |
-//! | `slow_steps` | steps over 1.5 × the rank's median step | `step_stats` |
+//! | `slow_steps` | steps whose wall or GPU busy time is over 1.5 × the rank's median (`vs_median`) | `step_stats` |
+//!
+//! ROCm runs (host calls named `hip*`) get HIP wording in titles and actions (`hipMemcpyAsync`,
+//! `hipHostMalloc`, `hipDeviceSynchronize`, HIP graphs). With a step range (`findings('r',
+//! '3..5')`) every rule looks only at the selected steps (see [`Scope`]).
 //!
 //! ```sql
 //! SELECT severity, title, action FROM findings('llama-bs8');
 //! ```
 
 use super::breakdown;
-use super::data::{collect, ints, ranges, strings, DeviceKey, Host, Names, OpClass, Timelines};
-use super::gaps::device_gaps;
+use super::data::{
+    collect, ints, ranges, strings, DeviceKey, Host, Names, OpClass, Scope, Timelines,
+};
+use super::gaps::{is_sync_call, scoped_gaps};
+use super::intervals::{covered, union};
 use super::launch::launches;
 use super::roofline::{self, RooflineRow};
 use super::stages::load_step_stats;
@@ -161,21 +169,60 @@ fn class_action(class: &str) -> &'static str {
     }
 }
 
+/// CUDA names in findings' text and their HIP twins, for ROCm runs.
+const HIP_WORDING: &[(&str, &str)] = &[
+    ("cudaMemcpyAsync", "hipMemcpyAsync"),
+    ("cudaHostAlloc", "hipHostMalloc"),
+    ("cudaDeviceSynchronize", "hipDeviceSynchronize"),
+    ("cudaStreamSynchronize", "hipStreamSynchronize"),
+    ("cudaMemcpy*", "hipMemcpy*"),
+    ("CUDA graphs", "HIP graphs"),
+    ("cuBLASLt", "hipBLASLt"),
+    ("cuBLAS", "rocBLAS"),
+];
+
+/// `text` in HIP wording (see [`HIP_WORDING`]).
+fn hip_wording(text: &str) -> String {
+    HIP_WORDING
+        .iter()
+        .fold(text.to_string(), |t, (cuda, hip)| t.replace(cuda, hip))
+}
+
+/// Whether a run's host calls are HIP's: a ROCm run.
+fn is_rocm(host: &Host, names: &Names) -> bool {
+    let (mut hip, mut cuda) = (0usize, 0usize);
+    for c in &host.calls {
+        let n = names.get(c.name);
+        if n.starts_with("hip") {
+            hip += 1;
+        } else if n.starts_with("cu") {
+            cuda += 1;
+        }
+    }
+    hip > cuda
+}
+
 /// All findings of a run, ordered.
 pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
-    let timelines = Timelines::load(ctx, run, true).await?;
+    load_in(ctx, run, &Scope::whole()).await
+}
+
+/// The findings of `run` within `scope`, ordered.
+pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<Finding>> {
+    let mut timelines = Timelines::load(ctx, run, true).await?;
+    scope.restrict(&mut timelines);
     let mut names = Names::default();
     let host = Host::load(ctx, run, &mut names).await?;
     let ranges = ranges(ctx, run, &mut names).await?;
     // One read of the run's GPU operations serves every rule.
     let plain = timelines.without_overhead();
-    let rows = breakdown::load(ctx, run, &plain).await?;
+    let rows = breakdown::load(ctx, run, &plain, scope).await?;
     let span: i64 = rows.iter().map(|r| r.span).sum();
     let busy: i64 = rows.iter().map(|r| r.busy).sum();
     let mut out = Vec::new();
 
     // Idle gaps and their causes.
-    let gaps = device_gaps(&timelines, &host, &names, &ranges, 0);
+    let gaps = scoped_gaps(&timelines, &host, &names, &ranges, scope, 0);
     let idle: i64 = gaps.iter().map(|g| g.dur).sum();
     if span > 0 && idle * 20 >= span {
         let mut by_cause: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
@@ -282,13 +329,21 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
         });
     }
 
-    // Copies: Nsight Systems' cuda_memcpy_sync and cuda_memcpy_async rules.
+    // Copies: Nsight Systems' cuda_memcpy_sync and cuda_memcpy_async rules. A synchronous
+    // copy call first waits for the work queued before it on the device, then copies: the
+    // wait is a synchronisation (memcpy_wait), only the rest is the copy's own cost.
+    let device_busy: HashMap<&DeviceKey, Vec<(i64, i64)>> = plain
+        .devices
+        .iter()
+        .map(|(key, ops)| (key, union(ops.iter().map(|o| (o.start, o.end)))))
+        .collect();
     let sql = format!(
-        "SELECT rank, pid, device, correlation, bytes, copy_kind, name, args, dur FROM memcpy \
-         WHERE run = {}",
+        "SELECT rank, pid, device, correlation, bytes, copy_kind, name, args, ts, dur, step \
+         FROM memcpy WHERE run = {}",
         literal(run)
     );
     let (mut sync_n, mut sync_t, mut sync_b) = (0i64, 0i64, 0i64);
+    let (mut wait_n, mut wait_t, mut longest_wait) = (0i64, 0i64, 0i64);
     let (mut page_n, mut page_t, mut page_b) = (0i64, 0i64, 0i64);
     let mut sync_calls = BTreeMap::new();
     for b in collect(ctx, &sql).await? {
@@ -299,13 +354,12 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
             ints(&b, 3)?,
             ints(&b, 4)?,
         );
-        let (kind, name, args, dur) = (
-            strings(&b, 5)?,
-            strings(&b, 6)?,
-            strings(&b, 7)?,
-            ints(&b, 8)?,
-        );
+        let (kind, name, args) = (strings(&b, 5)?, strings(&b, 6)?, strings(&b, 7)?);
+        let (ts, dur, step) = (ints(&b, 8)?, ints(&b, 9)?, ints(&b, 10)?);
         for i in 0..b.num_rows() {
+            if !scope.keeps(step[i]) {
+                continue;
+            }
             let key = DeviceKey {
                 rank: rank[i].map(|r| r as i32),
                 pid: pid[i],
@@ -329,14 +383,52 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
                     page_b += n;
                 }
             } else if !(kind == "HtoD" && n <= 64_000) && kind != "DtoD" {
+                let blocked = (l.end - l.start).max(dur[i].unwrap_or(0));
+                // Before the copy starts, the call waits while the device runs earlier work.
+                let copy_start = ts[i].unwrap_or(l.start).clamp(l.start, l.end);
+                let wait = device_busy
+                    .get(&key)
+                    .map_or(0, |busy| covered(busy, l.start, copy_start));
+                if wait > 0 {
+                    wait_n += 1;
+                    wait_t += wait;
+                    longest_wait = longest_wait.max(wait);
+                }
                 sync_n += 1;
-                sync_t += (l.end - l.start).max(dur[i].unwrap_or(0));
+                sync_t += blocked - wait;
                 sync_b += n;
                 *sync_calls.entry(api.to_string()).or_insert(0) += 1;
             }
         }
     }
-    if sync_n > 0 {
+    if wait_n > 0 {
+        out.push(Finding {
+            severity: severity(wait_t, span),
+            category: "memcpy_wait",
+            title: format!(
+                "{wait_n} synchronous {} wait{} {} for GPU work queued before them",
+                if wait_n == 1 { "copy" } else { "copies" },
+                if wait_n == 1 { "s" } else { "" },
+                fmt_dur(wait_t)
+            ),
+            evidence: format!(
+                "the GPU was busy with earlier work for {} of the copy calls' time (longest wait \
+                 {}); the copies themselves block {} (sync_memcpy): the host waits for the \
+                 queue to drain, an implicit synchronisation",
+                fmt_dur(wait_t),
+                fmt_dur(longest_wait),
+                fmt_dur(sync_t)
+            ),
+            action: "A synchronous copy (often a device-to-host read: .item(), .cpu(), \
+                     .tolist(), printing a tensor) makes the host wait for all queued GPU work. \
+                     Read results less often (once per N steps), keep them on the GPU, or copy \
+                     with cudaMemcpyAsync into pinned memory and wait on an event only where the \
+                     value is needed."
+                .to_string(),
+            impact_ns: wait_t,
+        });
+    }
+    if sync_n > 0 && sync_t > 0 {
         let apis = sync_calls
             .iter()
             .map(|(a, n)| format!("{a} × {n}"))
@@ -346,11 +438,13 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
             severity: severity(sync_t, span),
             category: "sync_memcpy",
             title: format!(
-                "{sync_n} synchronous memory copies block the host ({})",
+                "{sync_n} synchronous memory {} the host ({})",
+                if sync_n == 1 { "copy blocks" } else { "copies block" },
                 fmt_dur(sync_t)
             ),
             evidence: format!(
-                "{apis}; {sync_b} bytes in total (Nsight Systems' cuda_memcpy_sync rule)"
+                "{apis}; {sync_b} bytes in total (Nsight Systems' cuda_memcpy_sync rule); \
+                 time waiting for earlier GPU work is not counted here (memcpy_wait)"
             ),
             action:
                 "Use cudaMemcpyAsync / tensor.to(device, non_blocking=True) from pinned memory \
@@ -379,18 +473,13 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
     let mut api_sync: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
     for c in &host.calls {
         let n = names.get(c.name);
-        if [
-            "cudaDeviceSynchronize",
-            "cudaStreamSynchronize",
-            "hipDeviceSynchronize",
-            "hipStreamSynchronize",
-        ]
-        .iter()
-        .any(|p| n.starts_with(p))
-        {
-            let e = api_sync.entry(n).or_default();
-            e.0 += 1;
-            e.1 += c.end - c.start;
+        if !is_sync_call(n) {
+            continue;
+        }
+        if let Some((s, e)) = scope.clip(c.rank, c.start, c.end) {
+            let entry = api_sync.entry(n).or_default();
+            entry.0 += 1;
+            entry.1 += e - s;
         }
     }
     if !api_sync.is_empty() {
@@ -404,13 +493,18 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
         out.push(Finding {
             severity: sev,
             category: "sync_api",
-            title: format!("{n} host synchronisation calls ({} on the host)", fmt_dur(t)),
+            title: format!(
+                "{n} host synchronisation calls ({} of host time blocked in them)",
+                fmt_dur(t)
+            ),
             evidence: api_sync
                 .iter()
                 .map(|(a, (n, t))| format!("{a} × {n} ({})", fmt_dur(*t)))
                 .collect::<Vec<_>>()
                 .join(", ")
-                + " (Nsight Systems' cuda_api_sync rule); gaps they cause are counted under idle_gaps as 'sync'",
+                + " (Nsight Systems' cuda_api_sync rule; host-side time in the calls, not \
+                   breakdown's GPU-side `sync` column); gaps they cause are counted under \
+                   idle_gaps as 'sync'",
             action: "Synchronise only where a result is needed on the host; replace device-wide \
                      syncs with events or stream waits."
                 .to_string(),
@@ -533,26 +627,27 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
     out.extend(roofline_finding(&roof, kernel_total, span));
 
     // Steps much slower than the median.
-    let steps = load_step_stats(ctx, run, &plain).await?;
+    let steps = load_step_stats(ctx, run, &plain, scope).await?;
     let slow: Vec<_> = steps
         .iter()
         .filter(|s| s.vs_median.is_some_and(|r| r > 1.5))
         .collect();
     if !slow.is_empty() {
-        let extra: i64 = slow
-            .iter()
-            .map(|s| s.dur - (s.dur as f64 / s.vs_median.unwrap_or(1.0)).round() as i64)
-            .sum();
+        let extra: i64 = slow.iter().map(|s| s.excess()).sum();
         let list = slow
             .iter()
             .take(5)
             .map(|s| {
                 format!(
-                    "step {}{}: {} ({}× median, GPU idle {}%)",
+                    "step {}{}: {} ({}× median; GPU busy {}, {}× median; GPU idle {}%)",
                     s.step,
                     s.rank.map(|r| format!(" rank {r}")).unwrap_or_default(),
                     fmt_dur(s.dur),
-                    s.vs_median.unwrap_or(0.0),
+                    s.median_dur
+                        .filter(|m| *m > 0.0)
+                        .map_or(0.0, |m| (100.0 * s.dur as f64 / m).round() / 100.0),
+                    fmt_dur(s.gpu_busy),
+                    s.busy_vs_median.unwrap_or(0.0),
                     s.idle_pct.unwrap_or(0.0)
                 )
             })
@@ -562,7 +657,7 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
             severity: severity(extra, span),
             category: "slow_steps",
             title: format!(
-                "{} of {} steps take over 1.5× the median step",
+                "{} of {} steps take over 1.5× the median step (wall or GPU busy time)",
                 slow.len(),
                 steps.len()
             ),
@@ -579,6 +674,12 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
         (severity_rank(a.severity), std::cmp::Reverse(a.impact_ns))
             .cmp(&(severity_rank(b.severity), std::cmp::Reverse(b.impact_ns)))
     });
+    if is_rocm(&host, &names) {
+        for f in &mut out {
+            f.title = hip_wording(&f.title);
+            f.action = hip_wording(&f.action);
+        }
+    }
     Ok(out)
 }
 
@@ -656,7 +757,8 @@ fn roofline_finding(rows: &[RooflineRow], kernel_total: i64, span: i64) -> Optio
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let rows = load(&ctx, &call.run).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let rows = load_in(&ctx, &call.run, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(StringArray::from_iter_values(

@@ -7,16 +7,23 @@
 //! operation runs, longer than `min_gap_ns` (default 0: every gap). This is Nsight Systems'
 //! `gpu_gaps` rule exactly (its sort-merge of starts and ends finds the same intervals).
 //!
-//! Each gap gets one `cause`, the first that applies:
-//! 1. `sync`: host synchronisation calls (`*Synchronize*`) of the launching process cover at
-//!    least half of the gap: the host waited instead of feeding the GPU;
+//! Each gap gets one `cause`, the first that applies: the specific causes first, an enclosing
+//! stage only where none of them explains the gap (a stage log's `train` or `inference`
+//! encloses every gap of the trace and must not hide why the GPU waited):
+//! 1. `sync`: host synchronisation calls ([`HOST_SYNC_CALLS`]: runtime, driver and deprecated
+//!    forms, CUDA and HIP) of the launching process cover at least half of the gap: the host
+//!    waited instead of feeding the GPU;
 //! 2. `dataloader`: a data-loading range (annotation or stage whose name looks like data
 //!    loading, e.g. `enumerate(DataLoader)#...`, stage `dataloader`) covers at least half;
-//! 3. `stage`: another stage-log stage covers at least half (`detail` names it);
-//! 4. `host_wait`: the call that launched the work ending the gap began after the GPU went
+//! 3. `host_wait`: the call that launched the work ending the gap began after the GPU went
 //!    idle: the host was late;
-//! 5. `short`: under 30 µs with the work already queued (back-to-back work);
+//! 4. `short`: under 30 µs with the work already queued (back-to-back work);
+//! 5. `stage`: another stage-log stage covers at least half (`detail` names it); a stage that
+//!    encloses all of the rank's GPU work is context, never a cause;
 //! 6. `other`.
+//!
+//! With a step range (`gpu_gaps('r', 0, '3..5')`) the gaps are those between the operations
+//! launched in the selected steps, clipped to the steps' span.
 //!
 //! `detail` names the sync call, range or launch call behind the cause; `next_name` is the
 //! operation that ended the gap.
@@ -30,7 +37,7 @@
 //! SELECT cause, count(*), fmt_dur(sum(dur)) FROM gpu_gaps('llama-bs8', dur('100us')) GROUP BY cause;
 //! ```
 
-use super::data::{ranges, DeviceKey, Host, HostCall, Names, Range, Timelines};
+use super::data::{ranges, DeviceKey, Host, HostCall, Names, Range, Scope, Timelines};
 use super::{batch, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -121,8 +128,27 @@ pub fn is_data_loading(name: &str) -> bool {
     DATA_LOADING.is_match(name)
 }
 
-fn is_sync_call(name: &str) -> bool {
-    name.contains("ynchronize")
+/// Host calls that block until GPU work finishes: the runtime, driver and deprecated forms,
+/// and their HIP twins. A name matches when it starts with one of these (versioned driver
+/// entry points such as `cuStreamSynchronize_v2` included).
+pub const HOST_SYNC_CALLS: &[&str] = &[
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaThreadSynchronize",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "hipCtxSynchronize",
+    "hipThreadSynchronize",
+];
+
+/// Whether a host call blocks until GPU work finishes (see [`HOST_SYNC_CALLS`]).
+pub fn is_sync_call(name: &str) -> bool {
+    HOST_SYNC_CALLS.iter().any(|p| name.starts_with(p))
 }
 
 /// Ranges sorted by start, with the running maximum end, for "which ranges overlap
@@ -181,11 +207,19 @@ struct Context<'a> {
     syncs: HashMap<(Option<i32>, Option<i64>), Index<u32>>,
     /// rank -> data-loading ranges and stages (rank-less ranges, e.g. a stage log added to a
     /// run, apply to every rank).
-    stages: HashMap<Option<i32>, Index<(u32, bool)>>,
+    loading: HashMap<Option<i32>, Index<u32>>,
+    /// rank -> the other stage-log stages.
+    stages: HashMap<Option<i32>, Index<u32>>,
 }
 
 impl<'a> Context<'a> {
-    fn new(host: &'a Host, names: &'a Names, ranges: &[Range]) -> Self {
+    /// `gpu_spans`: per rank, the first start and last end of its GPU work.
+    fn new(
+        host: &'a Host,
+        names: &'a Names,
+        ranges: &[Range],
+        gpu_spans: &HashMap<Option<i32>, (i64, i64)>,
+    ) -> Self {
         let mut syncs: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
         for c in &host.calls {
             if is_sync_call(names.get(c.name)) {
@@ -200,30 +234,39 @@ impl<'a> Context<'a> {
         ranks.sort_unstable();
         ranks.dedup();
         let stage_scope = |r: &Range| r.scope.is_some_and(|s| names.get(s) == "stage");
-        let mut stages: HashMap<_, Vec<(i64, i64, (u32, bool))>> = HashMap::new();
+        let mut loading: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
+        let mut stages: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
         for r in ranges {
-            let loading = is_data_loading(names.get(r.name));
-            if !(loading || stage_scope(r)) {
+            let into = if is_data_loading(names.get(r.name)) {
+                &mut loading
+            } else if stage_scope(r) {
+                &mut stages
+            } else {
                 continue;
-            }
+            };
             let targets: Vec<Option<i32>> = match r.rank {
                 None => ranks.clone(),
                 rank => vec![rank],
             };
             for t in targets {
-                stages
-                    .entry(t)
-                    .or_default()
-                    .push((r.start, r.end, (r.name, loading)));
+                // A stage around all of the rank's GPU work (`train`, `inference`: the trace
+                // was taken inside it) is context, not a cause.
+                let encloses = gpu_spans
+                    .get(&t)
+                    .is_some_and(|&(lo, hi)| r.start <= lo && r.end >= hi);
+                if !(encloses && stage_scope(r) && !is_data_loading(names.get(r.name))) {
+                    into.entry(t).or_default().push((r.start, r.end, r.name));
+                }
             }
         }
+        let index = |m: HashMap<Option<i32>, Vec<(i64, i64, u32)>>| {
+            m.into_iter().map(|(k, v)| (k, Index::new(v))).collect()
+        };
         Context {
             names,
             syncs: syncs.into_iter().map(|(k, v)| (k, Index::new(v))).collect(),
-            stages: stages
-                .into_iter()
-                .map(|(k, v)| (k, Index::new(v)))
-                .collect(),
+            loading: index(loading),
+            stages: index(stages),
         }
     }
 
@@ -242,14 +285,14 @@ impl<'a> Context<'a> {
                 return ("sync", best.map(|&id| self.names.get(id).to_string()));
             }
         }
-        if let Some(idx) = self.stages.get(&key.rank) {
-            let (n, best) = idx.coverage(lo, hi);
-            if n >= half {
-                if let Some(&(name, loading)) = best {
-                    let cause = if loading { "dataloader" } else { "stage" };
-                    return (cause, Some(self.names.get(name).to_string()));
-                }
-            }
+        let covering = |ranges: &HashMap<Option<i32>, Index<u32>>| {
+            let (n, best) = ranges.get(&key.rank)?.coverage(lo, hi);
+            (n >= half)
+                .then(|| best.map(|&name| self.names.get(name).to_string()))
+                .flatten()
+        };
+        if let Some(name) = covering(&self.loading) {
+            return ("dataloader", Some(name));
         }
         if let Some(l) = launch {
             if l.start > lo {
@@ -258,6 +301,9 @@ impl<'a> Context<'a> {
         }
         if hi - lo < SHORT_GAP_NS {
             return ("short", None);
+        }
+        if let Some(name) = covering(&self.stages) {
+            return ("stage", Some(name));
         }
         ("other", None)
     }
@@ -271,7 +317,16 @@ pub fn device_gaps(
     ranges: &[Range],
     min_gap_ns: i64,
 ) -> Vec<Gap> {
-    let cx = Context::new(host, names, ranges);
+    let mut gpu_spans: HashMap<Option<i32>, (i64, i64)> = HashMap::new();
+    for (key, ops) in &timelines.devices {
+        let lo = ops.iter().map(|o| o.start).min();
+        let hi = ops.iter().map(|o| o.end).max();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            let span = gpu_spans.entry(key.rank).or_insert((lo, hi));
+            *span = (span.0.min(lo), span.1.max(hi));
+        }
+    }
+    let cx = Context::new(host, names, ranges, &gpu_spans);
     let mut out = Vec::new();
     for (key, ops) in &timelines.devices {
         let mut end = i64::MIN;
@@ -303,9 +358,42 @@ async fn load(ctx: &SessionContext, run: &str) -> Result<(Timelines, Host, Names
     Ok((timelines, host, names, ranges))
 }
 
+/// A gap `(start, dur)` of `rank` clipped to the scope's window (the selected steps' span),
+/// `None` when what is left is not longer than `min_gap_ns`.
+fn clipped(
+    scope: &Scope,
+    rank: Option<i32>,
+    gap: (i64, i64),
+    min_gap_ns: i64,
+) -> Option<(i64, i64)> {
+    let (s, e) = scope.clip(rank, gap.0, gap.0 + gap.1)?;
+    (e - s > min_gap_ns).then_some((s, e - s))
+}
+
+/// The device gaps of `timelines` restricted to `scope` (see [`device_gaps`]).
+pub fn scoped_gaps(
+    timelines: &Timelines,
+    host: &Host,
+    names: &Names,
+    ranges: &[Range],
+    scope: &Scope,
+    min_gap_ns: i64,
+) -> Vec<Gap> {
+    device_gaps(timelines, host, names, ranges, min_gap_ns)
+        .into_iter()
+        .filter_map(|mut g| {
+            (g.start, g.dur) = clipped(scope, g.key.rank, (g.start, g.dur), min_gap_ns)?;
+            Some(g)
+        })
+        .collect()
+}
+
 async fn gpu_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let (timelines, host, names, ranges) = load(&ctx, &call.run).await?;
-    let gaps = device_gaps(&timelines, &host, &names, &ranges, call.int(0).unwrap_or(0));
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let (mut timelines, host, names, ranges) = load(&ctx, &call.run).await?;
+    scope.restrict(&mut timelines);
+    let min_gap = call.int(0).unwrap_or(0);
+    let gaps = scoped_gaps(&timelines, &host, &names, &ranges, &scope, min_gap);
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); gaps.len()])),
         Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.rank))),
@@ -373,10 +461,19 @@ pub fn per_stream_gaps(timelines: &Timelines, host: &Host, min_gap_ns: i64) -> V
 }
 
 async fn stream_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let timelines = Timelines::load(&ctx, &call.run, false).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
+    scope.restrict(&mut timelines);
     let mut names = Names::default();
     let host = Host::load(&ctx, &call.run, &mut names).await?;
-    let gaps = per_stream_gaps(&timelines, &host, call.int(0).unwrap_or(0));
+    let min_gap = call.int(0).unwrap_or(0);
+    let gaps: Vec<StreamGap> = per_stream_gaps(&timelines, &host, min_gap)
+        .into_iter()
+        .filter_map(|mut g| {
+            (g.start, g.dur) = clipped(&scope, g.key.rank, (g.start, g.dur), min_gap)?;
+            Some(g)
+        })
+        .collect();
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); gaps.len()])),
         Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.rank))),

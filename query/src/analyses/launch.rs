@@ -9,14 +9,16 @@
 //! | `queue_depth` | operations of the same stream launched before this call and not yet started on the GPU when it began |
 //! | `shorter_than_launch` | `gpu_dur < launch_dur`: the host cannot keep up with such kernels |
 //!
-//! Operations without a launch call in the trace are left out.
+//! Operations without a launch call in the trace are left out. With a step range
+//! (`launch_stats('r', '3..5')`) the rows are the operations launched in the selected steps;
+//! their queue depth still counts earlier work of other steps.
 //!
 //! ```sql
 //! SELECT launch_name, count(*), fmt_dur(median(launch_delay)), max(queue_depth)
 //! FROM launch_stats('llama-bs8') GROUP BY launch_name;
 //! ```
 
-use super::data::{Host, Names, OpClass, Timelines};
+use super::data::{Host, Names, OpClass, Scope, Timelines};
 use super::{batch, no_checks, Call, Spec};
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -79,6 +81,8 @@ pub struct Launch {
     pub gpu_dur: i64,
     pub launch_delay: i64,
     pub queue_depth: i64,
+    /// The step of the launch.
+    pub step: Option<i64>,
 }
 
 /// Every GPU operation with a launch call, ordered by device timeline and GPU start.
@@ -112,6 +116,7 @@ pub fn launches(timelines: &Timelines, host: &Host) -> Vec<Launch> {
                 gpu_dur: o.end - o.start,
                 launch_delay: (o.start - l.end).max(0),
                 queue_depth: 0,
+                step: o.step,
             });
         }
         // Queue depth per stream: walk launches in call order, keeping the GPU starts of
@@ -140,7 +145,9 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
     let timelines = Timelines::load(&ctx, &call.run, false).await?;
     let mut names = Names::default();
     let host = Host::load(&ctx, &call.run, &mut names).await?;
-    let rows = launches(&timelines, &host);
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let mut rows = launches(&timelines, &host);
+    rows.retain(|l| scope.keeps(l.step));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),

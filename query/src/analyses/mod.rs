@@ -12,10 +12,15 @@
 //! | `launch_stats(run)` | per GPU operation | [`launch`] |
 //! | `roofline(run)` | per GEMM-like operator and dtype | [`roofline`] (achieved TFLOP/s, arithmetic intensity, bound) |
 //! | `findings(run)` | per finding | [`findings`] |
+//! | `self_time(run)` | per host range name | [`self_time`] (exclusive time of nested host ranges) |
 //! | `compare(a, b [, level [, threshold_pct]])` | per kernel / op / class / stage / metric | [`compare`] |
 //! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`trend`] |
 //! | `repeatability(selector [, n])` | per kernel over repeated runs | [`repeatability`] |
 //! | `collective_skew(run)` | per collective kernel name | [`skew`] |
+//!
+//! Every analysis but `collective_skew` takes a step range as an optional trailing string
+//! argument (`top_kernels('r', 10, '3..5')`, `breakdown('r', '4')`; see [`StepRange`] and
+//! [`data::Scope`]).
 //!
 //! The definitions, and how they differ from HTA's, TraceLens' and Nsight Systems', are in
 //! `docs/analyses.md`. An analysis reads only its run's rows (the scans prune by run), computes
@@ -24,7 +29,7 @@
 
 pub mod breakdown;
 pub mod compare;
-pub(crate) mod data;
+pub mod data;
 pub mod findings;
 pub mod gaps;
 pub(crate) mod intervals;
@@ -33,6 +38,7 @@ pub mod profile;
 pub mod repeatability;
 pub mod roofline;
 pub mod selector;
+pub mod self_time;
 pub mod skew;
 pub mod stages;
 pub mod stats;
@@ -64,11 +70,80 @@ pub fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-/// The arguments of one call: the run and the optional integer parameters after it.
+/// The arguments of one call: the run, the optional integer parameters after it, and the
+/// optional step range (a trailing string argument).
 #[derive(Debug, Clone)]
 pub struct Call {
     pub run: String,
     pub ints: Vec<Option<i64>>,
+    pub steps: Option<StepRange>,
+}
+
+/// An inclusive range of profiler steps, as the commands' `--steps` and the table functions'
+/// trailing argument write it: `'3..5'`, `'3..'`, `'..5'` or `'4'`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRange {
+    pub first: Option<i64>,
+    pub last: Option<i64>,
+}
+
+impl StepRange {
+    pub fn parse(text: &str) -> std::result::Result<StepRange, String> {
+        let bad = || {
+            format!("{text:?} is not a step range (write '3..5', '3..', '..5' or '4'; steps are integers >= 0)")
+        };
+        let number = |s: &str| -> std::result::Result<Option<i64>, String> {
+            let s = s.trim();
+            if s.is_empty() {
+                return Ok(None);
+            }
+            match s.parse::<i64>() {
+                Ok(n) if n >= 0 && s.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(n)),
+                _ => Err(bad()),
+            }
+        };
+        let range = match text.split_once("..") {
+            Some((a, b)) => StepRange {
+                first: number(a)?,
+                last: number(b)?,
+            },
+            None => {
+                let n = number(text)?.ok_or_else(bad)?;
+                StepRange {
+                    first: Some(n),
+                    last: Some(n),
+                }
+            }
+        };
+        match (range.first, range.last) {
+            (Some(a), Some(b)) if a > b => Err(format!(
+                "step range {text:?} is empty: its first step {a} is after its last {b}"
+            )),
+            _ => Ok(range),
+        }
+    }
+
+    pub fn contains(&self, step: i64) -> bool {
+        self.first.is_none_or(|a| step >= a) && self.last.is_none_or(|b| step <= b)
+    }
+}
+
+impl fmt::Display for StepRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.first, self.last) {
+            (Some(a), Some(b)) if a == b => write!(f, "{a}"),
+            (a, b) => {
+                if let Some(a) = a {
+                    write!(f, "{a}")?;
+                }
+                f.write_str("..")?;
+                if let Some(b) = b {
+                    write!(f, "{b}")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl Call {
@@ -96,6 +171,10 @@ impl fmt::Debug for Spec {
     }
 }
 
+/// Analyses that do not restrict themselves to a step range (a collective's skew is over every
+/// instance).
+const WITHOUT_STEPS: &[&str] = &["collective_skew"];
+
 pub(crate) fn no_checks(_: &Call) -> std::result::Result<(), String> {
     Ok(())
 }
@@ -113,6 +192,7 @@ pub fn specs() -> Vec<&'static Spec> {
         &launch::LAUNCH_STATS,
         &roofline::ROOFLINE,
         &findings::FINDINGS,
+        &self_time::SELF_TIME,
         &skew::COLLECTIVE_SKEW,
     ]
 }
@@ -149,6 +229,11 @@ pub fn register_all(ctx: &SessionContext, store: &Store) {
 
 /// `SELECT * FROM name('run', args...)`: the statement a subcommand runs.
 pub fn select_sql(name: &str, run: &str, ints: &[Option<i64>]) -> String {
+    select_sql_in(name, run, ints, None)
+}
+
+/// [`select_sql`] restricted to a step range (`'3..5'`), passed as the trailing argument.
+pub fn select_sql_in(name: &str, run: &str, ints: &[Option<i64>], steps: Option<&str>) -> String {
     let mut args = vec![literal(run)];
     // Trailing parameters that are not given are left out; inner ones become NULL.
     let last = ints.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
@@ -157,6 +242,7 @@ pub fn select_sql(name: &str, run: &str, ints: &[Option<i64>]) -> String {
             .iter()
             .map(|v| v.map_or("NULL".to_string(), |v| v.to_string())),
     );
+    args.extend(steps.map(literal));
     format!("SELECT * FROM {name}({})", args.join(", "))
 }
 
@@ -178,7 +264,7 @@ impl AnalysisFunction {
             s.push_str(&format!(" [, {p}"));
         }
         s.push_str(&"]".repeat(self.spec.params.len()));
-        s.push(')');
+        s.push_str(" [, 'steps'])");
         s
     }
 
@@ -187,19 +273,36 @@ impl AnalysisFunction {
     }
 
     fn parse(&self, exprs: &[Expr]) -> Result<Call> {
-        if exprs.is_empty() || exprs.len() > 1 + self.spec.params.len() {
+        if exprs.is_empty() || exprs.len() > 2 + self.spec.params.len() {
             return Err(self.error(format!(
                 "{} takes 1 to {} arguments, got {}",
                 self.spec.name,
-                1 + self.spec.params.len(),
+                2 + self.spec.params.len(),
                 exprs.len()
             )));
         }
-        let values = constant_args(exprs).map_err(|m| self.error(m))?;
+        let mut values = constant_args(exprs).map_err(|m| self.error(m))?;
         let run = match text_arg(&values[0]) {
             Some(s) => s.to_string(),
             None => return Err(self.error(format!("the run must be a string, got {}", values[0]))),
         };
+        // A text argument after the run can only be the step range, and it comes last.
+        let mut steps = None;
+        if values.len() > 1 {
+            if let Some(text) = values.last().and_then(text_arg) {
+                let range = StepRange::parse(text).map_err(|m| {
+                    match self.spec.params.get(values.len() - 2) {
+                        Some(p) => self.error(format!("{m}, nor an integer {p}")),
+                        None => self.error(m),
+                    }
+                })?;
+                if WITHOUT_STEPS.contains(&self.spec.name) {
+                    return Err(self.error(format!("{} takes no step range", self.spec.name)));
+                }
+                steps = Some(range);
+                values.pop();
+            }
+        }
         let mut ints = Vec::new();
         for (v, name) in values[1..].iter().zip(self.spec.params) {
             ints.push(if v.is_null() {
@@ -214,7 +317,15 @@ impl AnalysisFunction {
                 }
             });
         }
-        let call = Call { run, ints };
+        if values.len() > 1 + self.spec.params.len() {
+            return Err(self.error(format!(
+                "{} takes at most {} integer arguments after the run, got {}",
+                self.spec.name,
+                self.spec.params.len(),
+                values.len() - 1
+            )));
+        }
+        let call = Call { run, ints, steps };
         (self.spec.validate)(&call).map_err(|m| self.error(m))?;
         Ok(call)
     }

@@ -37,12 +37,16 @@
 //! one running faster than that must use TF32 tensor cores and is measured against the TF32
 //! peak, its dtype shown as `fp32 (tf32)`.
 //!
+//! A run without shapes or FLOPs gives no row, a GPU not in the table rows without a peak or
+//! bound: [`notes`] says which and how to fix it (`gpuq roofline` prints them). With a step
+//! range (`roofline('r', '3..5')`) only kernels launched in the selected steps count.
+//!
 //! ```sql
 //! SELECT op, dtype, fmt_dur(kernel_time), tflops, intensity, bound, pct_of_attainable
 //! FROM roofline('llama-bs8');
 //! ```
 
-use super::data::{collect, ints, strings, DeviceKey, Host, Names, OpClass, Timelines};
+use super::data::{collect, ints, strings, DeviceKey, Host, Names, OpClass, Scope, Timelines};
 use super::{batch, literal, no_checks, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -625,6 +629,77 @@ pub async fn load(
     Ok(rows)
 }
 
+/// Why `roofline(run)` (in `scope`) has no row, or rows without a verdict, and how to fix it:
+/// one sentence per reason, none when every row has a bound. A table cannot carry a note, so
+/// `gpuq roofline` prints these after an empty or verdict-less table.
+pub async fn notes(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<String>> {
+    let mut timelines = Timelines::load(ctx, run, false).await?;
+    scope.restrict(&mut timelines);
+    let host = Host::load(ctx, run, &mut Names::default()).await?;
+    let rows = load(ctx, run, &timelines, &host).await?;
+    let mut notes = Vec::new();
+    if rows.is_empty() {
+        let count = |sql: String| async move {
+            let b = collect(ctx, &sql).await?;
+            Ok::<i64, datafusion::error::DataFusionError>(
+                b.first()
+                    .and_then(|b| ints(b, 0).ok()?.first().copied().flatten())
+                    .unwrap_or(0),
+            )
+        };
+        let run_lit = literal(run);
+        let ops = count(format!(
+            "SELECT count(*) FROM cpu_ops WHERE run = {run_lit}"
+        ))
+        .await?;
+        let shaped = count(format!(
+            "SELECT count(*) FROM cpu_ops WHERE run = {run_lit} AND args LIKE '%\"Input Dims\"%'"
+        ))
+        .await?;
+        let kernels: usize = timelines.devices.iter().map(|(_, ops)| ops.len()).sum();
+        notes.push(if kernels == 0 {
+            "roofline is empty: the run (or step range) has no GPU kernels.".to_string()
+        } else if ops == 0 {
+            "roofline is empty: the run has no PyTorch operator rows (cpu_op), so no FLOPs are \
+             known. Rate GEMMs from a Kineto trace recorded with \
+             torch.profiler.profile(record_shapes=True)."
+                .to_string()
+        } else if shaped == 0 {
+            "roofline is empty: the trace has no input shapes (`Input Dims`), so no FLOPs are \
+             known. Profile with torch.profiler.profile(record_shapes=True) (or with_flops=True)."
+                .to_string()
+        } else {
+            format!(
+                "roofline is empty: no operator with known FLOPs launched a kernel in the trace \
+                 (rated: {}; a `flops` arg counts for any operator).",
+                SHAPED_OPS.join(", ")
+            )
+        });
+    }
+    let mut unknown: Vec<String> = rows
+        .iter()
+        .filter(|r| r.peak_tflops.is_none())
+        .map(|r| r.gpu.clone().unwrap_or_default())
+        .collect();
+    unknown.sort();
+    unknown.dedup();
+    for gpu in unknown {
+        notes.push(if gpu.is_empty() {
+            "GPU model unknown: the trace does not name the GPU (no deviceProperties entry for \
+             its device), so rows have no peak and no bound. Profile with a PyTorch that writes \
+             deviceProperties."
+                .to_string()
+        } else {
+            format!(
+                "GPU model unknown: no datasheet peak for {gpu:?}, so its rows have no peak and \
+                 no bound (peaks are known for V100, A100, H100, H200, B200, MI250, MI250X, \
+                 MI300X, RTX 3080)."
+            )
+        });
+    }
+    Ok(notes)
+}
+
 /// GPU names of a run by (rank, device id), from the `runs` table.
 async fn device_names(
     ctx: &SessionContext,
@@ -657,7 +732,9 @@ fn gpu_name(gpus: &HashMap<(Option<i32>, i32), String>, key: &DeviceKey) -> Opti
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let timelines = Timelines::load(&ctx, &call.run, false).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
+    scope.restrict(&mut timelines);
     let host = Host::load(&ctx, &call.run, &mut Names::default()).await?;
     let rows = load(&ctx, &call.run, &timelines, &host).await?;
     let f = |get: fn(&RooflineRow) -> Option<f64>| -> ArrayRef {

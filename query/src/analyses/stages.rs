@@ -8,22 +8,29 @@
 //!   `backward` and `forward` (`## forward ##`, `fwd`).
 //!
 //! `wall` is the length of the union of the instances (nested or repeated ranges are not
-//! counted twice), `share_pct` its share of the rank's wall time (first to last event),
+//! counted twice), `share_pct` its share of the rank's wall time (first to last event, widened
+//! by the stage log's stages so that an enclosing stage is 100 %, not more),
 //! `gpu_busy` the union of the rank's GPU operations inside those ranges, `gpu_busy_pct` its
 //! share of `wall`. Rank-less stages (a stage log added to a run) are measured against every
 //! rank's GPU work.
 //!
 //! **step_stats**: per (rank, step) of the `steps` view: `ts`, `dur`, `gpu_busy` (union of
 //! the rank's GPU operations inside the step's window), `idle_pct`, `kernels` and
-//! `kernel_time` (kernels *launched* in the step), the step's `top_kernel` by time, and
-//! `vs_median` = `dur` / the rank's median step duration (1.5 = 50 % slower than usual).
+//! `kernel_time` (kernels *launched* in the step), the step's `top_kernel` by time,
+//! `busy_vs_median` = `gpu_busy` / the rank's median step `gpu_busy`, and `vs_median` = the
+//! larger of `dur` / the rank's median step duration and `busy_vs_median` (1.5 = 50 % more than
+//! usual): a step whose GPU works 32 % longer is an outlier even when its wall time hides it.
+//!
+//! With a step range (`stages('r', '3..5')`, `step_stats('r', '3..5')`) only the selected steps
+//! count: stages are clipped to their span, GPU work is that launched in them, and the medians
+//! are those of the selected steps.
 //!
 //! ```sql
 //! SELECT kind, name, fmt_dur(wall), share_pct, gpu_busy_pct FROM stages('llama-bs8');
 //! SELECT step, fmt_dur(dur), idle_pct, top_kernel FROM step_stats('llama-bs8') WHERE vs_median > 1.2;
 //! ```
 
-use super::data::{ranges, steps, walls, Names, OpClass, Timelines};
+use super::data::{ranges, steps, walls_with_stages, Names, OpClass, Scope, Timelines};
 use super::intervals::{covered, intersect, length, union};
 use super::stats::median_ints as median;
 use super::{batch, no_checks, Call, Spec};
@@ -82,6 +89,7 @@ fn step_stats_schema() -> SchemaRef {
         Field::new("kernel_time", DataType::Int64, false),
         Field::new("top_kernel", DataType::Utf8, true),
         Field::new("vs_median", DataType::Float64, true),
+        Field::new("busy_vs_median", DataType::Float64, true),
     ]))
 }
 
@@ -144,12 +152,21 @@ pub struct Stage {
     pub gpu_busy_pct: Option<f64>,
 }
 
+/// The stages of the whole run.
 pub async fn load_stages(ctx: &SessionContext, run: &str) -> Result<Vec<Stage>> {
-    let timelines = Timelines::load(ctx, run, false).await?;
+    load_stages_in(ctx, run, &Scope::whole()).await
+}
+
+/// The stages of `run` within `scope`.
+pub async fn load_stages_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<Stage>> {
+    let mut timelines = Timelines::load(ctx, run, false).await?;
+    scope.restrict(&mut timelines);
     let mut names = Names::default();
-    let ranges = ranges(ctx, run, &mut names).await?;
-    let steps = steps(ctx, run).await?;
-    let walls = walls(ctx, run).await?;
+    let mut ranges = ranges(ctx, run, &mut names).await?;
+    scope.clip_ranges(&mut ranges);
+    let steps = scoped_steps(ctx, run, scope).await?;
+    let mut walls = walls_with_stages(ctx, run).await?;
+    scope.clip_walls(&mut walls);
     let (busy, all_busy) = busy_by_rank(&timelines);
     let run_wall = walls
         .values()
@@ -210,8 +227,21 @@ pub async fn load_stages(ctx: &SessionContext, run: &str) -> Result<Vec<Stage>> 
     Ok(out)
 }
 
+/// The steps of `run` in `scope` (all of them for the whole run).
+async fn scoped_steps(
+    ctx: &SessionContext,
+    run: &str,
+    scope: &Scope,
+) -> Result<Vec<(Option<i32>, i64, i64, i64)>> {
+    match scope.range {
+        Some(_) => Ok(scope.steps.clone()),
+        None => steps(ctx, run).await,
+    }
+}
+
 async fn stages(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let rows = load_stages(&ctx, &call.run).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let rows = load_stages_in(&ctx, &call.run, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
@@ -247,15 +277,39 @@ pub struct StepStat {
     pub kernels: i64,
     pub kernel_time: i64,
     pub top_kernel: Option<String>,
+    /// The larger of `dur` and `gpu_busy` over their medians.
     pub vs_median: Option<f64>,
+    pub busy_vs_median: Option<f64>,
+    /// The rank's median step duration and GPU busy time.
+    pub median_dur: Option<f64>,
+    pub median_busy: Option<f64>,
 }
 
+impl StepStat {
+    /// Time over the median: the larger of the wall and the GPU busy time above theirs.
+    pub fn excess(&self) -> i64 {
+        let over = |v: i64, m: Option<f64>| m.map_or(0, |m| v - m.round() as i64);
+        over(self.dur, self.median_dur)
+            .max(over(self.gpu_busy, self.median_busy))
+            .max(0)
+    }
+}
+
+/// `v / median`, rounded to 0.01; `None` without a positive median.
+fn ratio(v: i64, median: Option<f64>) -> Option<f64> {
+    median
+        .filter(|m| *m > 0.0)
+        .map(|m| (100.0 * v as f64 / m).round() / 100.0)
+}
+
+/// The step rows of `timelines` (restricted to `scope` by the caller) in `scope`.
 pub async fn load_step_stats(
     ctx: &SessionContext,
     run: &str,
     timelines: &Timelines,
+    scope: &Scope,
 ) -> Result<Vec<StepStat>> {
-    let steps = steps(ctx, run).await?;
+    let steps = scoped_steps(ctx, run, scope).await?;
     let (busy, _) = busy_by_rank(&timelines);
     // (rank, step) -> (kernels, time, per-name time).
     let mut kernels: HashMap<(Option<i32>, i64), (i64, i64, HashMap<u32, i64>)> = HashMap::new();
@@ -269,15 +323,25 @@ pub async fn load_step_stats(
             }
         }
     }
-    let mut medians = HashMap::new();
+    let busy_of =
+        |rank: Option<i32>, s: i64, e: i64| busy.get(&rank).map_or(0, |b| covered(b, s, e));
+    // rank -> (durations, GPU busy times) of its steps.
+    let mut per_rank: HashMap<Option<i32>, (Vec<i64>, Vec<i64>)> = HashMap::new();
     for &(rank, _, s, e) in &steps {
-        medians.entry(rank).or_insert_with(Vec::new).push(e - s);
+        let v = per_rank.entry(rank).or_default();
+        v.0.push(e - s);
+        v.1.push(busy_of(rank, s, e));
     }
-    let medians: HashMap<_, _> = medians.into_iter().map(|(k, v)| (k, median(v))).collect();
+    let medians: HashMap<_, _> = per_rank
+        .into_iter()
+        .map(|(k, (d, b))| (k, (median(d), median(b))))
+        .collect();
     let mut out = Vec::new();
     for &(rank, step, s, e) in &steps {
-        let gpu_busy = busy.get(&rank).map_or(0, |b| covered(b, s, e));
+        let gpu_busy = busy_of(rank, s, e);
         let dur = e - s;
+        let (median_dur, median_busy) = medians.get(&rank).copied().unwrap_or((None, None));
+        let busy_vs_median = ratio(gpu_busy, median_busy);
         let k = kernels.get(&(rank, step));
         let top = k.and_then(|k| {
             k.2.iter()
@@ -294,20 +358,23 @@ pub async fn load_step_stats(
             kernels: k.map_or(0, |k| k.0),
             kernel_time: k.map_or(0, |k| k.1),
             top_kernel: top,
-            vs_median: medians
-                .get(&rank)
-                .copied()
-                .flatten()
-                .filter(|m| *m > 0.0)
-                .map(|m| (100.0 * dur as f64 / m).round() / 100.0),
+            vs_median: match (ratio(dur, median_dur), busy_vs_median) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            busy_vs_median,
+            median_dur,
+            median_busy,
         });
     }
     Ok(out)
 }
 
 async fn step_stats(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let timelines = Timelines::load(&ctx, &call.run, false).await?;
-    let rows = load_step_stats(&ctx, &call.run, &timelines).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
+    scope.restrict(&mut timelines);
+    let rows = load_step_stats(&ctx, &call.run, &timelines, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
@@ -326,6 +393,9 @@ async fn step_stats(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>>
             rows.iter().map(|r| r.top_kernel.as_deref()),
         )),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.vs_median))),
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| r.busy_vs_median),
+        )),
     ];
     batch(step_stats_schema(), columns)
 }

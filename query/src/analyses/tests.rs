@@ -343,6 +343,28 @@ fn each_gap_gets_the_first_cause_that_applies() {
         *by_cause.entry(g.cause).or_insert(0) += 1;
     }
     assert_eq!(by_cause.len(), 6);
+
+    // A stage log's stage around all the GPU work (the trace was taken inside `inference`)
+    // is context: no cause changes, not even `other`.
+    let inference = names.id("inference");
+    let mut with_inference = ranges.clone();
+    with_inference.push(range(inference, Some(stage), 0, 5_000_000));
+    assert_eq!(
+        device_gaps(&timelines, &host, &names, &with_inference, 0),
+        gaps
+    );
+    // A stage that covers the gaps but not all the GPU work explains only what nothing more
+    // specific does: host_wait and short stay, `other` becomes the stage.
+    with_inference.pop();
+    with_inference.push(range(inference, Some(stage), 50_000, 4_650_000));
+    let causes: Vec<&str> = device_gaps(&timelines, &host, &names, &with_inference, 0)
+        .iter()
+        .map(|g| g.cause)
+        .collect();
+    assert_eq!(
+        causes,
+        ["host_wait", "short", "sync", "dataloader", "stage", "stage"]
+    );
 }
 
 #[tokio::test]
@@ -352,16 +374,23 @@ async fn bad_calls_are_plan_errors_that_name_the_problem() {
     let ctx = open_session(&store).await.unwrap();
     for (sql, want) in [
         ("SELECT * FROM gpu_gaps('nope')", "unknown run nope"),
-        ("SELECT * FROM gpu_gaps()", "takes 1 to 2 arguments"),
+        ("SELECT * FROM gpu_gaps()", "takes 1 to 3 arguments"),
         ("SELECT * FROM gpu_gaps(3)", "the run must be a string"),
         (
             "SELECT * FROM gpu_util('x', 0)",
             "chunks must be between 1 and 1000",
         ),
         ("SELECT * FROM gpu_gaps('x', -1)", "min_gap_ns must be >= 0"),
-        ("SELECT * FROM breakdown('x', 1)", "takes 1 to 1 arguments"),
+        (
+            "SELECT * FROM breakdown('x', 1)",
+            "takes at most 0 integer arguments after the run, got 1",
+        ),
         (
             "SELECT * FROM gpu_gaps('x', 'y')",
+            "\"y\" is not a step range",
+        ),
+        (
+            "SELECT * FROM gpu_gaps('x', 'y', 1)",
             "min_gap_ns must be an integer",
         ),
     ] {
@@ -483,5 +512,462 @@ async fn roofline_rates_gemms_by_arithmetic_intensity_against_the_gpus_peak() {
     assert!(
         f[0][1].starts_with("aten::mm (bf16) runs at 56% of its roofline on the H100 SXM"),
         "{f:?}"
+    );
+}
+
+/// Rows of a query, or the error it ends with.
+async fn query_error(ctx: &SessionContext, sql: &str) -> String {
+    match ctx.sql(sql).await {
+        Ok(df) => match df.collect().await {
+            Ok(b) => panic!("{sql}: expected an error, got {} batches", b.len()),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_step_range_restricts_every_analysis_to_the_selected_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("k.json");
+    let cfg = SynthConfig::demo();
+    let truth = write_kineto(&cfg, std::fs::File::create(&path).unwrap()).unwrap();
+    ingest(&store, &path, "k");
+    let ctx = open_session(&store).await.unwrap();
+    assert!(truth.steps.len() >= 4, "{}", truth.steps.len());
+    let (a, b) = (truth.steps[1].0 as i64, truth.steps[2].0 as i64);
+    let (w0, w1) = (truth.steps[1].1, truth.steps[2].1 + truth.steps[2].2);
+    let range = format!("'{a}..{b}'");
+    let in_steps = format!("run = 'k' AND step BETWEEN {a} AND {b}");
+    let one = |sql: String| {
+        let ctx = ctx.clone();
+        async move { int_rows(&ctx, &sql).await[0].clone() }
+    };
+
+    // top_kernels: the kernels launched in the steps.
+    let got = one(format!(
+        "SELECT sum(instances), sum(total) FROM top_kernels('k', NULL, {range})"
+    ))
+    .await;
+    let want = one(format!(
+        "SELECT count(*), sum(dur) FROM kernels WHERE {in_steps}"
+    ))
+    .await;
+    let all = one("SELECT count(*) FROM kernels WHERE run = 'k'".into()).await;
+    assert_eq!(got, want);
+    assert!(want[0] < all[0], "{want:?} of {all:?}");
+    // The range is the last argument whatever comes before it.
+    let n = one(format!("SELECT count(*) FROM top_kernels('k', 3, {range})")).await;
+    assert_eq!(n, vec![Some(3)]);
+
+    // breakdown: busy of the steps' operations; wall from the steps' span.
+    let got = one(format!(
+        "SELECT busy, wall, wall_with_stages FROM breakdown('k', {range})"
+    ))
+    .await;
+    let want = one(format!(
+        "SELECT busy_time(ts, dur) FROM gpu_ops WHERE {in_steps} AND ts > 0"
+    ))
+    .await;
+    assert_eq!(got[0], want[0]);
+    let whole = one("SELECT wall FROM breakdown('k')".into()).await;
+    assert!(
+        got[1].unwrap() >= w1 - w0 && got[1] < whole[0],
+        "{got:?} {whole:?}"
+    );
+    assert_eq!(got[1], got[2], "no stage log: the two walls agree");
+
+    // gpu_gaps and stream_gaps: inside the steps' span.
+    for f in ["gpu_gaps", "stream_gaps"] {
+        let g = one(format!(
+            "SELECT count(*), min(ts), max(ts + dur) FROM {f}('k', 0, {range})"
+        ))
+        .await;
+        assert!(g[0].unwrap() > 0, "{f}: {g:?}");
+        assert!(
+            g[1].unwrap() >= w0 && g[2].unwrap() <= w1,
+            "{f}: {g:?} vs {w0}..{w1}"
+        );
+    }
+
+    // gpu_util: chunks over the span of the steps' operations.
+    let got = one(format!(
+        "SELECT min(ts) FROM gpu_util('k', 10, NULL, {range})"
+    ))
+    .await;
+    let want = one(format!(
+        "SELECT min(ts) FROM gpu_ops WHERE {in_steps} AND ts > 0"
+    ))
+    .await;
+    assert_eq!(got, want);
+
+    // stages and step_stats: the two steps only.
+    let got = one(format!(
+        "SELECT instances, wall FROM stages('k', {range}) WHERE kind = 'steps'"
+    ))
+    .await;
+    assert_eq!(
+        got,
+        vec![Some(2), Some(truth.steps[1].2 + truth.steps[2].2)]
+    );
+    let got = int_rows(
+        &ctx,
+        &format!("SELECT step FROM step_stats('k', {range}) ORDER BY step"),
+    )
+    .await;
+    assert_eq!(got, vec![vec![Some(a)], vec![Some(b)]]);
+
+    // launch_stats: the operations launched in the steps.
+    let got = one(format!("SELECT count(*) FROM launch_stats('k', {range})")).await;
+    let want = one(format!("SELECT count(*) FROM gpu_ops WHERE {in_steps}")).await;
+    assert_eq!(got, want);
+
+    // roofline, findings and self_time take the range too.
+    for sql in [
+        format!("SELECT count(*) FROM roofline('k', {range})"),
+        format!("SELECT count(*) FROM findings('k', {range})"),
+    ] {
+        one(sql).await;
+    }
+    let got = one(format!("SELECT sum(total) FROM self_time('k', {range})")).await;
+    let whole = one("SELECT sum(total) FROM self_time('k')".into()).await;
+    assert!(got[0] < whole[0], "{got:?} {whole:?}");
+
+    // A range that selects nothing names the run's steps; a bad range says how to write one.
+    let last = truth.steps.last().unwrap().0;
+    let first = truth.steps[0].0;
+    let err = query_error(&ctx, "SELECT * FROM breakdown('k', '900..')").await;
+    assert!(
+        err.contains(&format!(
+            "no step of run k is in the range 900.. (its steps: {first}..{last})"
+        )),
+        "{err}"
+    );
+    let err = query_error(&ctx, "SELECT * FROM top_kernels('k', 5, '900')").await;
+    assert!(
+        err.contains("no step of run k is in the range 900"),
+        "{err}"
+    );
+    let err = query_error(&ctx, "SELECT * FROM gpu_gaps('k', 'x..y')").await;
+    assert!(
+        err.contains("\"x..y\" is not a step range") && err.contains("nor an integer min_gap_ns"),
+        "{err}"
+    );
+    let err = query_error(&ctx, "SELECT * FROM breakdown('k', '5..3')").await;
+    assert!(err.contains("is empty"), "{err}");
+    let err = query_error(&ctx, "SELECT * FROM collective_skew('k', '1')").await;
+    assert!(err.contains("takes no step range"), "{err}");
+}
+
+/// Three steps of equal wall time; the third keeps the GPU busy 75 % longer. The host
+/// synchronises with the deprecated and driver forms, and its ranges nest (python > cpu_op >
+/// runtime).
+const STEPS_TRACE: &str = r###"{
+  "traceEvents": [
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 11, "ts": 1000, "dur": 1000},
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 10, "tid": 11, "ts": 2000, "dur": 1000},
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 10, "tid": 11, "ts": 3000, "dur": 1000},
+  {"ph": "X", "cat": "python_function", "name": "train.py(1): step", "pid": 10, "tid": 11, "ts": 1010, "dur": 900},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 11, "ts": 1050, "dur": 200},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 1100, "dur": 50, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1200, "dur": 400, "args": {"device": 0, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaThreadSynchronize", "pid": 10, "tid": 11, "ts": 1300, "dur": 300},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 2100, "dur": 50, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2200, "dur": 400, "args": {"device": 0, "stream": 7, "correlation": 2}},
+  {"ph": "X", "cat": "cuda_driver", "name": "cuCtxSynchronize", "pid": 10, "tid": 11, "ts": 2300, "dur": 300},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 3100, "dur": 50, "args": {"correlation": 3}},
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3200, "dur": 700, "args": {"device": 0, "stream": 7, "correlation": 3}},
+  {"ph": "X", "cat": "cuda_driver", "name": "cuStreamSynchronize", "pid": 10, "tid": 11, "ts": 3300, "dur": 600}
+  ]
+}"###;
+
+#[tokio::test]
+async fn vs_median_flags_a_step_whose_gpu_busy_time_grew() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("steps.json");
+    std::fs::write(&path, STEPS_TRACE).unwrap();
+    ingest(&store, &path, "s");
+    let ctx = open_session(&store).await.unwrap();
+    let rows = text_rows(
+        &ctx,
+        "SELECT step, dur, gpu_busy, vs_median, busy_vs_median FROM step_stats('s') ORDER BY step",
+    )
+    .await;
+    assert_eq!(
+        rows,
+        vec![
+            vec!["1", "1000000", "400000", "1.0", "1.0"],
+            vec!["2", "1000000", "400000", "1.0", "1.0"],
+            vec!["3", "1000000", "700000", "1.75", "1.75"],
+        ]
+    );
+    // The finding names the step; the time at stake is the GPU busy time over the median.
+    let f = text_rows(
+        &ctx,
+        "SELECT title, evidence, impact_ns FROM findings('s') WHERE category = 'slow_steps'",
+    )
+    .await;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0][1].starts_with("step 3: 1.00 ms (1× median; GPU busy 700 us, 1.75× median"),
+        "{f:?}"
+    );
+    assert_eq!(f[0][2], "300000");
+
+    // Deprecated and driver synchronisation calls are host synchronisations.
+    let f = text_rows(
+        &ctx,
+        "SELECT title, evidence FROM findings('s') WHERE category = 'sync_api'",
+    )
+    .await;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0][0].starts_with("3 host synchronisation calls (1.20 ms of host time"),
+        "{f:?}"
+    );
+    for call in [
+        "cudaThreadSynchronize",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+    ] {
+        assert!(f[0][1].contains(call), "{call}: {f:?}");
+    }
+
+    // Self time: python [1010, 1910) holds aten::mm [1050, 1250), which holds the launch
+    // [1100, 1150); the sync [1300, 1600) is inside the python range too.
+    let rows = text_rows(
+        &ctx,
+        "SELECT kind, name, calls, total, self_dur FROM self_time('s') \
+         WHERE name IN ('train.py(1): step', 'aten::mm') ORDER BY kind",
+    )
+    .await;
+    assert_eq!(
+        rows,
+        vec![
+            vec!["cpu_op", "aten::mm", "1", "200000", "150000"],
+            vec!["python", "train.py(1): step", "1", "900000", "400000"],
+        ]
+    );
+    // Summed by kind, self times never exceed the thread's time (the nested sums do).
+    let sums = int_rows(&ctx, "SELECT sum(self_dur), sum(total) FROM self_time('s')").await;
+    let union = int_rows(
+        &ctx,
+        "SELECT busy_time(ts, dur) FROM events WHERE run = 's' AND pid = 10 \
+         AND kind IN ('python', 'cpu_op', 'annotation', 'runtime', 'driver')",
+    )
+    .await;
+    assert_eq!(sums[0][0], union[0][0]);
+    assert!(sums[0][1] > sums[0][0]);
+}
+
+/// A ROCm run: a kernel runs 100 ms; a synchronous hipMemcpy called 1 ms into it waits for it,
+/// then copies 45 µs.
+const ROCM_COPY_TRACE: &str = r###"{
+  "traceEvents": [
+  {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 10, "tid": 11, "ts": 50, "dur": 20, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "unet_block", "pid": 0, "tid": 7, "ts": 100, "dur": 100000, "args": {"device": 0, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpy", "pid": 10, "tid": 11, "ts": 1000, "dur": 99200, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7, "ts": 100110, "dur": 45, "args": {"device": 0, "stream": 7, "correlation": 2, "bytes": 4194304}}
+  ]
+}"###;
+
+#[tokio::test]
+async fn a_copy_that_waits_for_queued_work_is_a_synchronisation_in_hip_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("rocm.json");
+    std::fs::write(&path, ROCM_COPY_TRACE).unwrap();
+    ingest(&store, &path, "r");
+    let ctx = open_session(&store).await.unwrap();
+    let f = text_rows(
+        &ctx,
+        "SELECT category, title, action, impact_ns FROM findings('r') \
+         WHERE category IN ('memcpy_wait', 'sync_memcpy')",
+    )
+    .await;
+    assert_eq!(f.len(), 2, "{f:?}");
+    // The wait: from the call (1 ms) to the copy's start (100.11 ms), the GPU busy until 100.1.
+    assert_eq!(f[0][0], "memcpy_wait", "{f:?}");
+    assert_eq!(f[0][3], (99_100_000).to_string());
+    assert!(
+        f[0][1].contains("1 synchronous copy waits 99.1 ms for GPU work queued"),
+        "{f:?}"
+    );
+    assert!(
+        f[0][2].contains("hipMemcpyAsync") && !f[0][2].contains("cuda"),
+        "{f:?}"
+    );
+    // The copy's own cost is what is left of the call.
+    assert_eq!(f[1][0], "sync_memcpy");
+    assert_eq!(f[1][3], (99_200_000 - 99_100_000).to_string());
+    assert!(
+        f[1][2].contains("hipMemcpyAsync") && !f[1][2].contains("cuda"),
+        "{f:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_enclosing_stage_log_changes_no_cause_and_no_trace_wall() {
+    let cfg = SynthConfig::demo();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("k.json");
+    write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
+    let plain = Store::open(dir.path().join("plain")).unwrap();
+    let staged = Store::open(dir.path().join("staged")).unwrap();
+    ingest(&plain, &trace, "k");
+    ingest(&staged, &trace, "k");
+    let (ctx, staged_ctx) = (
+        open_session(&plain).await.unwrap(),
+        open_session(&staged).await.unwrap(),
+    );
+    let span = int_rows(
+        &ctx,
+        "SELECT min(ts), max(ts + dur) FROM events WHERE run = 'k'",
+    )
+    .await;
+    let (lo, hi) = (span[0][0].unwrap(), span[0][1].unwrap());
+    // `inference` encloses the trace by 4 s on each side (epoch ns, JSON lines).
+    let log = dir.path().join("stages.jsonl");
+    let (begin, end) = (lo - 4_000_000_000, hi + 4_000_000_000);
+    std::fs::write(
+        &log,
+        format!(
+            "{{\"ts\": {begin}, \"stage\": \"inference\", \"event\": \"begin\"}}\n\
+             {{\"ts\": {end}, \"stage\": \"inference\", \"event\": \"end\"}}\n"
+        ),
+    )
+    .unwrap();
+    ingest(&staged, &log, "k");
+
+    let causes =
+        "SELECT cause, count(*), sum(dur) FROM gpu_gaps('k') GROUP BY cause ORDER BY cause";
+    let without = text_rows(&ctx, causes).await;
+    assert!(!without.is_empty(), "{without:?}");
+    assert_eq!(text_rows(&staged_ctx, causes).await, without);
+    let walls = "SELECT wall, unaccounted FROM breakdown('k')";
+    assert_eq!(
+        int_rows(&staged_ctx, walls).await,
+        int_rows(&ctx, walls).await
+    );
+    let extended = int_rows(
+        &staged_ctx,
+        "SELECT wall_with_stages, unaccounted_with_stages + busy FROM breakdown('k')",
+    )
+    .await;
+    assert_eq!(extended, vec![vec![Some(end - begin), Some(end - begin)]]);
+    // The stage's share of the rank's time is whole, not more.
+    let share = text_rows(
+        &staged_ctx,
+        "SELECT share_pct FROM stages('k') WHERE kind = 'stage'",
+    )
+    .await;
+    assert_eq!(share, vec![vec!["100.0"]]);
+    // The findings' dominant gap cause is the same.
+    let top = "SELECT title FROM findings('k') WHERE category = 'idle_gaps'";
+    assert_eq!(
+        text_rows(&staged_ctx, top).await,
+        text_rows(&ctx, top).await
+    );
+}
+
+#[tokio::test]
+async fn a_stage_log_on_another_clock_is_refused_or_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let trace = dir.path().join("k.json");
+    write_kineto(&SynthConfig::demo(), std::fs::File::create(&trace).unwrap()).unwrap();
+    ingest(&store, &trace, "k");
+    let ctx = open_session(&store).await.unwrap();
+    let count = "SELECT count(*) FROM events WHERE run = 'k'";
+    let before = int_rows(&ctx, count).await;
+    let span = int_rows(&ctx, "SELECT min(ts) FROM events WHERE run = 'k'").await;
+    let lo = span[0][0].unwrap();
+    // Six years earlier.
+    let off = lo - 6 * 365 * 86_400 * 1_000_000_000;
+    let log = dir.path().join("old.jsonl");
+    std::fs::write(
+        &log,
+        format!(
+            "{{\"ts\": {off}, \"stage\": \"train\", \"event\": \"begin\"}}\n\
+             {{\"ts\": {}, \"stage\": \"train\", \"event\": \"end\"}}\n",
+            off + 1_000_000_000
+        ),
+    )
+    .unwrap();
+    let opts = IngestOptions {
+        run: Some(RunId::new("k").unwrap()),
+        ..Default::default()
+    };
+    let err = gpuq_ingest::ingest(&store, &[log.clone()], &opts, &NoProgress)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("old.jsonl") && err.contains("do not overlap the run's"),
+        "{err}"
+    );
+    assert_eq!(int_rows(&ctx, count).await, before, "the run is unchanged");
+
+    // An Nsight Systems run is on its session clock: the log is converted with the session
+    // start its metadata holds.
+    let nsys = dir.path().join("n.sqlite");
+    write_nsys(&NsysConfig::small(), &nsys).unwrap();
+    ingest(&store, &nsys, "n");
+    let span = int_rows(&ctx, "SELECT min(ts) FROM events WHERE run = 'n'").await;
+    let first = span[0][0].unwrap();
+    let session_start: i64 = 1_767_225_600_000_000_000;
+    let log = dir.path().join("nsys_stages.jsonl");
+    let begin = session_start + first + 1_000;
+    std::fs::write(
+        &log,
+        format!(
+            "{{\"ts\": {begin}, \"stage\": \"decode\", \"event\": \"begin\"}}\n\
+             {{\"ts\": {}, \"stage\": \"decode\", \"event\": \"end\"}}\n",
+            begin + 5_000
+        ),
+    )
+    .unwrap();
+    let opts = IngestOptions {
+        run: Some(RunId::new("n").unwrap()),
+        ..Default::default()
+    };
+    gpuq_ingest::ingest(&store, &[log], &opts, &NoProgress).unwrap();
+    let ctx = open_session(&store).await.unwrap();
+    let got = int_rows(
+        &ctx,
+        "SELECT ts, dur FROM events WHERE run = 'n' AND scope = 'stage'",
+    )
+    .await;
+    assert_eq!(got, vec![vec![Some(first + 1_000), Some(5_000)]]);
+}
+
+#[tokio::test]
+async fn roofline_says_why_it_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("steps.json");
+    std::fs::write(&path, STEPS_TRACE).unwrap();
+    ingest(&store, &path, "s");
+    let unknown = dir.path().join("roof.json");
+    std::fs::write(
+        &unknown,
+        ROOFLINE_TRACE.replace("NVIDIA H100 80GB HBM3", "NVIDIA Imaginary 9000"),
+    )
+    .unwrap();
+    ingest(&store, &unknown, "u");
+    let ctx = open_session(&store).await.unwrap();
+    let scope = super::data::Scope::whole();
+    let notes = super::roofline::notes(&ctx, "s", &scope).await.unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("no input shapes") && notes[0].contains("record_shapes=True"),
+        "{notes:?}"
+    );
+    let notes = super::roofline::notes(&ctx, "u", &scope).await.unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("GPU model unknown: no datasheet peak for \"NVIDIA Imaginary 9000\""),
+        "{notes:?}"
     );
 }

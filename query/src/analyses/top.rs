@@ -1,7 +1,9 @@
-//! `top_kernels(run [, n])`: per-kernel statistics, as SQL over the `kernels` view.
+//! `top_kernels(run [, n] [, steps])`: per-kernel statistics, as SQL over the `kernels` view.
+//! With a step range (`top_kernels('r', 10, '3..5')`) only the kernels launched in the
+//! selected steps count.
 
-use super::data::collect;
-use super::{literal, Call, Spec};
+use super::data::{collect, Scope};
+use super::{literal, Call, Spec, StepRange};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -40,7 +42,9 @@ fn schema() -> SchemaRef {
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let sql = top_kernels_sql(&call.run, call.int(0).map(|n| n as usize));
+    // Checks that the range selects a step of the run.
+    Scope::load(&ctx, &call.run, call.steps).await?;
+    let sql = top_kernels_sql_in(&call.run, call.int(0).map(|n| n as usize), call.steps);
     let schema = schema();
     collect(&ctx, &sql)
         .await?
@@ -70,10 +74,25 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
 /// SELECT name, total, instances, class FROM top_kernels('llama-bs8', 10);
 /// ```
 pub fn top_kernels_sql(run: &str, limit: Option<usize>) -> String {
+    top_kernels_sql_in(run, limit, None)
+}
+
+/// [`top_kernels_sql`] over the kernels launched in the steps of `steps`.
+pub fn top_kernels_sql_in(run: &str, limit: Option<usize>, steps: Option<StepRange>) -> String {
     let run = literal(run);
+    let mut in_steps = String::new();
+    if let Some(r) = steps {
+        in_steps.push_str(" AND step IS NOT NULL");
+        if let Some(a) = r.first {
+            in_steps.push_str(&format!(" AND step >= {a}"));
+        }
+        if let Some(b) = r.last {
+            in_steps.push_str(&format!(" AND step <= {b}"));
+        }
+    }
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
     format!(
-        "WITH k AS (SELECT name, dur, ts, op FROM kernels WHERE run = {run}), \
+        "WITH k AS (SELECT name, dur, ts, op FROM kernels WHERE run = {run}{in_steps}), \
          stats AS (SELECT name, sum(dur) AS total, count(*) AS instances, \
            avg(CAST(dur AS DOUBLE)) AS mean, median(CAST(dur AS DOUBLE)) AS med, \
            min(dur) AS min, max(dur) AS max, stddev_samp(CAST(dur AS DOUBLE)) AS sd \

@@ -12,12 +12,15 @@
 //! length-weighted mean: Nsight Systems' output (its default threshold is 50).
 //! Percentages are rounded to 0.1 like Nsight Systems'.
 //!
+//! With a step range (`gpu_util('r', 30, NULL, '3..5')`) the span is that of the operations
+//! launched in the selected steps.
+//!
 //! ```sql
 //! SELECT device, ts, fmt_dur(dur), in_use_pct FROM gpu_util('llama-bs8', 20) ORDER BY device, ts;
 //! SELECT * FROM gpu_util('llama-bs8', 30, 50);  -- nsys analyze --rule gpu_time_util
 //! ```
 
-use super::data::{DeviceKey, Op, Timelines};
+use super::data::{DeviceKey, Op, Scope, Timelines};
 use super::{batch, Call, Spec};
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -147,7 +150,9 @@ pub fn utilisation(timelines: &Timelines, chunks: i64, threshold: Option<f64>) -
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let timelines = Timelines::load(&ctx, &call.run, true).await?;
+    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let mut timelines = Timelines::load(&ctx, &call.run, true).await?;
+    scope.restrict(&mut timelines);
     let rows = utilisation(
         &timelines,
         call.int(0).unwrap_or(DEFAULT_CHUNKS),
