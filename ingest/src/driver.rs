@@ -322,6 +322,21 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// The clock of the traces read so far by this command (their first file's, widened to the
+/// span of them all): a stage log given with its traces goes on their clock.
+fn traces_clock(done: &[IngestedFile], sources: &[Source]) -> Option<stagelog::clock::RunClock> {
+    let mut clocks = done
+        .iter()
+        .filter(|f| sources[f.source].format != Format::StageLog)
+        .filter_map(|f| stagelog::clock::RunClock::of(&f.meta));
+    let mut clock = clocks.next()?;
+    for other in clocks {
+        clock.first_ts = clock.first_ts.min(other.first_ts);
+        clock.last_ts = clock.last_ts.max(other.last_ts);
+    }
+    Some(clock)
+}
+
 /// One parsed file of a run, staged but not committed.
 struct IngestedFile {
     /// Index into the run's sources.
@@ -403,10 +418,7 @@ fn ingest_run(
         // instead of reading them once more afterwards (1.5 s for a 1 GB export).
         let reads_itself = matches!(src.format, Format::Nsys | Format::Rocprof);
         let run_clock = match src.format {
-            Format::StageLog if formats.iter().any(|f| *f != Format::StageLog) => {
-                meta.as_ref().and_then(stagelog::clock::RunClock::of)
-            }
-            Format::StageLog => stored_clock.clone(),
+            Format::StageLog => traces_clock(&done, &sources).or_else(|| stored_clock.clone()),
             _ => None,
         };
         let (parsed, hash) = std::thread::scope(|scope| {
