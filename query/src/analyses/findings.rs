@@ -291,6 +291,9 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
     let (mut sync_n, mut sync_t, mut sync_b) = (0i64, 0i64, 0i64);
     let (mut page_n, mut page_t, mut page_b) = (0i64, 0i64, 0i64);
     let mut sync_calls = BTreeMap::new();
+    // Unified-memory page migrations (copy kinds `UM ...`) are no copy call: pinning is no
+    // advice for them.
+    let (mut um_t, mut copy_t) = (0i64, 0i64);
     for b in collect(ctx, &sql).await? {
         let (rank, pid, device, corr, bytes) = (
             ints(&b, 0)?,
@@ -306,6 +309,11 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
             ints(&b, 8)?,
         );
         for i in 0..b.num_rows() {
+            copy_t += dur[i].unwrap_or(0);
+            if kind[i].as_deref().is_some_and(|k| k.starts_with("UM ")) {
+                um_t += dur[i].unwrap_or(0);
+                continue;
+            }
             let key = DeviceKey {
                 rank: rank[i].map(|r| r as i32),
                 pid: pid[i],
@@ -441,9 +449,15 @@ pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
-            action: "Overlap copies with compute: pinned memory + non_blocking=True on a side \
-                     stream, prefetch the next batch, avoid device-to-host copies inside the step."
-                .to_string(),
+            action: if um_t * 2 > copy_t {
+                "Most copy time is unified-memory page migration: prefetch the data to the GPU \
+                 before it is used (cudaMemPrefetchAsync, cudaMemAdvise), or allocate it on the \
+                 device instead of as managed memory."
+            } else {
+                "Overlap copies with compute: pinned memory + non_blocking=True on a side \
+                 stream, prefetch the next batch, avoid device-to-host copies inside the step."
+            }
+            .to_string(),
             impact_ns: exposed_copy,
         });
     }
