@@ -13,6 +13,10 @@ pub struct Cli {
     /// Store directory [default: $GPUQ_STORE, else the user's data directory]
     #[arg(long, global = true, env = "GPUQ_STORE")]
     pub store: Option<PathBuf>,
+    /// Kernel class rules (`CLASS = REGEX` lines, tried before the built-in table) for
+    /// kernel_class() and every analysis [default: <store>/kernel_classes.txt if present]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -33,8 +37,10 @@ pub enum Command {
         /// Input format; auto detects each file by its content
         #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
         format: InputFormat,
-        /// Nsight Systems: regex for NVTX ranges that are steps, with one capture group
-        /// (the step number) [default: ProfilerStep#N, step N, iteration_N, train_step[N], ...]
+        /// Regex for ranges that are steps (NVTX ranges; Kineto operators, annotations and
+        /// Python functions), with one capture group, the step number, or none: matches are
+        /// then numbered 1, 2, ... in order [default: Nsight Systems: ProfilerStep#N, step N,
+        /// iteration_N, train_step[N], ...; Kineto: ProfilerStep#N]
         #[arg(long, value_name = "REGEX")]
         step_pattern: Option<String>,
         /// Skip (and count) lines of line-based formats that do not parse instead of failing

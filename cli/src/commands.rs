@@ -17,6 +17,7 @@ use std::process::ExitCode;
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let store_path = store_dir(cli.store);
+    load_class_rules(cli.classes.as_deref(), &store_path)?;
     match cli.command {
         Command::Ingest {
             paths,
@@ -456,6 +457,26 @@ pub(crate) fn exit_code(failures: usize) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The store's rules file of kernel classes, used when `--classes` is not given.
+const CLASS_RULES_FILE: &str = "kernel_classes.txt";
+
+/// Installs the user's kernel class rules: `--classes FILE`, else the store's rules file if it
+/// exists. An unreadable or invalid file is an error naming the file and line.
+fn load_class_rules(flag: Option<&Path>, store: &Path) -> anyhow::Result<()> {
+    let in_store = store.join(CLASS_RULES_FILE);
+    let path = match flag {
+        Some(p) => p.to_path_buf(),
+        None if in_store.is_file() => in_store,
+        None => return Ok(()),
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the class rules {}", path.display()))?;
+    let rules = gpuq_query::functions::kernel_class::ClassRules::parse(&text)
+        .with_context(|| format!("invalid class rules {}", path.display()))?;
+    gpuq_query::functions::kernel_class::install_user_rules(rules);
+    Ok(())
 }
 
 fn open_store(path: &Path) -> anyhow::Result<Store> {

@@ -1368,3 +1368,200 @@ fn a_stage_log_with_naive_times_asks_for_an_offset() {
         stdout(&runs)
     );
 }
+
+/// A Kineto trace with one kernel of each name given, 10 µs each, one after another.
+fn kineto_with_kernels(path: &Path, names: &[&str]) {
+    let events: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                r#"{{"ph": "X", "cat": "kernel", "name": "{n}", "pid": 0, "tid": 7, "ts": {}, "dur": 10, "args": {{"device": 0, "stream": 7}}}}"#,
+                100 + 20 * i
+            )
+        })
+        .collect();
+    std::fs::write(
+        path,
+        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n")),
+    )
+    .unwrap();
+}
+
+/// `--classes FILE`, else `<store>/kernel_classes.txt`, put the user's rules before the
+/// built-in ones in `kernel_class()` and in the analyses; a bad rules file fails with its line.
+#[test]
+fn user_kernel_class_rules_apply_to_sql_and_analyses() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = dir.path().join("t.json");
+    kineto_with_kernels(&trace, &["my_ring_exchange", "triton_poi_fused_add_0"]);
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sql = "SELECT name, kernel_class(name) AS c FROM kernels ORDER BY name";
+    assert_eq!(
+        query_csv(&store, sql),
+        "name,c\nmy_ring_exchange,other\ntriton_poi_fused_add_0,elementwise\n"
+    );
+    let rules = dir.path().join("rules.txt");
+    std::fs::write(&rules, "# ours\ncommunication = ^my_ring_\nfused_add = fused_add\n").unwrap();
+    let with_rules = |args: &[&str]| {
+        let mut all = vec!["--classes", rules.to_str().unwrap()];
+        all.extend_from_slice(args);
+        gpuq(&store, &all)
+    };
+    let o = with_rules(&["query", "--format", "csv", sql]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "name,c\nmy_ring_exchange,communication\ntriton_poi_fused_add_0,fused_add\n"
+    );
+    // The analyses classify with the same rules: `top`'s class, `breakdown`'s communication.
+    let o = with_rules(&["top", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(",communication,"), "{}", stdout(&o));
+    let comm = |o: &Output| {
+        let out = stdout(o);
+        let header: Vec<&str> = out.lines().next().unwrap().split(',').collect();
+        let col = header.iter().position(|h| *h == "comm").expect("comm column");
+        out.lines().nth(1).unwrap().split(',').nth(col).unwrap().to_string()
+    };
+    let plain = gpuq(&store, &["breakdown", "r", "--format", "csv"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert_eq!(comm(&plain), "0");
+    assert_eq!(comm(&with_rules(&["breakdown", "r", "--format", "csv"])), "10000");
+
+    // The store's rules file applies without the flag.
+    std::fs::copy(&rules, store.join("kernel_classes.txt")).unwrap();
+    assert!(query_csv(&store, sql).contains("my_ring_exchange,communication"));
+
+    // A bad rules file: an error with the file and line, exit 1, nothing run.
+    std::fs::write(&rules, "gemm = ok\ngemm = (unclosed\n").unwrap();
+    let o = with_rules(&["query", sql]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("rules.txt") && err.contains("line 2"), "{err}");
+    assert!(stdout(&o).is_empty());
+}
+
+/// The Trace Event Format's JSON Array Format (a bare array of events, PyTorch 1.x's
+/// `export_chrome_trace`) is detected by content and stored like the object form; `--format
+/// kineto` reads a file that detection does not recognise.
+#[test]
+fn a_bare_array_of_events_is_a_kineto_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let object = dir.path().join("object.json");
+    kineto_with_kernels(&object, &["k_a", "k_b"]);
+    let text = std::fs::read_to_string(&object).unwrap();
+    let inner = &text[text.find('[').unwrap()..=text.rfind(']').unwrap()];
+    let array = dir.path().join("array.json");
+    std::fs::write(&array, inner).unwrap();
+    // Unterminated, as a trace written while running and never closed.
+    let open = dir.path().join("open.json");
+    std::fs::write(&open, format!("{},\n", inner.trim_end_matches(']'))).unwrap();
+    for (run, file) in [("obj", &object), ("arr", &array), ("open", &open)] {
+        let o = gpuq(&store, &["ingest", file.to_str().unwrap(), "--run", run]);
+        assert!(o.status.success(), "{run}: {}", stderr(&o));
+    }
+    let rows = |run: &str| {
+        query_csv(
+            &store,
+            &format!("SELECT name, ts, dur, device, stream FROM kernels WHERE run = '{run}' ORDER BY ts"),
+        )
+    };
+    assert_eq!(rows("arr"), rows("obj"));
+    assert_eq!(rows("open"), rows("obj"));
+    assert_eq!(rows("obj").lines().count(), 3);
+
+    // Detection does not take `[1, 2]` for a trace; forcing Kineto reads it and says why it
+    // is not one, naming the file, and the store is unchanged.
+    let odd = dir.path().join("odd.json");
+    std::fs::write(&odd, "[1, 2]").unwrap();
+    let before = snapshot(&store);
+    let o = gpuq(&store, &["ingest", odd.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unrecognised format"), "{}", stderr(&o));
+    let o = gpuq(&store, &["ingest", "--format", "kineto", odd.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("odd.json") && err.contains("expected an event object"), "{err}");
+    assert_eq!(snapshot(&store), before);
+}
+
+/// A process that sees one GPU lists it as device 0 in `deviceProperties` while its events say
+/// device 5 (`CUDA_VISIBLE_DEVICES=5`): the GPU is still named.
+#[test]
+fn renumbered_visible_devices_keep_their_gpu_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = dir.path().join("rank5.json");
+    std::fs::write(
+        &trace,
+        r#"{"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9}],
+  "traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 5, "tid": 7, "ts": 100, "dur": 10, "args": {"device": 5, "stream": 7}}
+]}"#,
+    )
+    .unwrap();
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        query_csv(&store, "SELECT gpus, json_get_int(devices, 0, 'id') AS id, warnings FROM runs"),
+        "gpus,id,warnings\n1x NVIDIA H100 80GB HBM3,5,0\n"
+    );
+}
+
+/// A rocprofv3 output directory is one source of several CSV files; the report counts them.
+#[test]
+fn a_rocprof_output_reports_its_csv_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let rocprof = repo_file("ingest/fixtures/rocprof/modern");
+    let csvs = std::fs::read_dir(&rocprof).unwrap().count();
+    assert!(csvs > 1);
+    let o = gpuq(&store, &["ingest", rocprof.to_str().unwrap(), "--run", "mi300"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("stored as run mi300: {csvs} file(s)")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Exposed unified-memory page migrations get prefetch advice, not "pin your memory"; exposed
+/// ordinary copies still get it.
+#[test]
+fn unified_memory_migrations_are_not_advised_to_be_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let action = |run: &str, copy: &str| {
+        let trace = dir.path().join(format!("{run}.json"));
+        std::fs::write(
+            &trace,
+            format!(
+                r#"{{"traceEvents": [
+  {{"ph": "X", "cat": "gpu_memcpy", "name": "{copy}", "pid": 0, "tid": 7, "ts": 100, "dur": 200, "args": {{"device": 0, "stream": 7, "bytes": 1048576}}}},
+  {{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 400, "dur": 10, "args": {{"device": 0, "stream": 7}}}}
+]}}"#
+            ),
+        )
+        .unwrap();
+        let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", run]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let found = query_csv(
+            &store,
+            &format!("SELECT action FROM findings('{run}') WHERE category = 'exposed_memcpy'"),
+        );
+        assert_eq!(found.lines().count(), 2, "{found}");
+        found
+    };
+    let um = action("um", "Memcpy Unified HtoD");
+    assert!(um.contains("cudaMemPrefetchAsync") && !um.contains("pinned"), "{um}");
+    let plain = action("plain", "Memcpy HtoD (Pageable -> Device)");
+    assert!(plain.contains("pinned"), "{plain}");
+    assert_eq!(
+        query_csv(&store, "SELECT run, copy_kind FROM memcpy ORDER BY run"),
+        "run,copy_kind\nplain,HtoD\num,UM HtoD\n"
+    );
+}

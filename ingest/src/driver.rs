@@ -82,7 +82,9 @@ pub struct IngestOptions {
     pub spool_budget: Option<usize>,
     /// Read every file as this format instead of detecting it.
     pub format: Option<Format>,
-    /// Nsight Systems: NVTX ranges naming steps; default [`nsys::DEFAULT_STEP_PATTERN`].
+    /// Ranges naming steps (Nsight Systems: NVTX ranges, default
+    /// [`nsys::DEFAULT_STEP_PATTERN`]; Kineto: operators, annotations and Python functions,
+    /// default `ProfilerStep#N`).
     pub step_pattern: Option<regex::Regex>,
     /// Skip (and count) unparsable lines of line-based formats instead of failing.
     pub lenient: bool,
@@ -547,7 +549,8 @@ fn ingest_run(
         report.redacted += file.redacted;
         report.input_bytes += src.size;
         report.content_bytes += src.content_bytes();
-        report.files += 1;
+        // A rocprofv3 output counts its CSV files.
+        report.files += src.files.len();
         // Merging warns of sources on different clocks, so the first file is not merged
         // into an empty (trace-relative) one.
         match &mut meta {
@@ -670,7 +673,7 @@ fn share_run(
             stored.path = sources[i].path.display().to_string();
         }
     }
-    report.files = sources.len();
+    report.files = sources.iter().map(|s| s.files.len()).sum();
     report.input_bytes = sources.iter().map(|s| s.size).sum();
     report.describe(&meta);
     report.shared_from = Some(holder.clone());
@@ -717,7 +720,7 @@ fn split_run(
         meta.imported_at_ns = now_ns();
         meta.tags = opts.tags.iter().cloned().collect();
         report.describe(&meta);
-        report.files = 1;
+        report.files = src.files.len();
         report.redacted = file.redacted;
         report.input_bytes = src.size;
         report.content_bytes = src.content_bytes();
@@ -781,7 +784,8 @@ fn parse_source(
             let reader = src.reader().map_err(io_error(&src.path))?;
             let report = |_: u64| progress.bytes(src.bytes_read());
             let limit = opts.whole_file_limit.unwrap_or(kineto::WHOLE_FILE_LIMIT);
-            kineto::parse_into(reader, &report, limit, &mut |b| spool.push(b), &mut |b| {
+            let steps = opts.step_pattern.as_ref();
+            kineto::parse_into(reader, &report, limit, steps, &mut |b| spool.push(b), &mut |b| {
                 counters.push(b)
             })
             .map(|t| (t, None))
@@ -932,7 +936,7 @@ fn finish_file(
         .get("distributedInfo")
         .and_then(|d| d.get("world_size"))
         .and_then(|w| w.as_i64());
-    let device_names: BTreeMap<i64, String> = top_level
+    let device_entries: Vec<(i64, String)> = top_level
         .get("deviceProperties")
         .and_then(|d| d.as_array())
         .map(|list| {
@@ -959,6 +963,11 @@ fn finish_file(
             .or_default() += facts.gpu_outside_host;
     }
     staged.extend(counter_parts);
+    let used: Vec<i64> = facts.devices.iter().map(|&d| d as i64).collect();
+    let (device_names, naming) = crate::devices::device_names(&device_entries, &used);
+    if let Some(w) = naming {
+        *warnings.entry(w).or_default() += 1;
+    }
     let devices = facts
         .devices
         .iter()

@@ -57,6 +57,7 @@ pub fn parse(
         reader,
         progress,
         usize::MAX,
+        None,
         &mut |b| {
             batches.push(b);
             Ok(())
@@ -74,10 +75,13 @@ pub fn parse(
 /// Like [`parse`], but event batches go to `sink` instead of [`ParsedTrace::batches`], and
 /// counter batches to `counter_sink` instead of [`ParsedTrace::counters`]. Past
 /// `whole_file_limit` host ranges and launch calls, none is kept ([`ParsedTrace::windowed`]).
+/// Steps are the host ranges (operators, annotations, Python functions) whose name matches
+/// `step_pattern` ([`crate::resolve::step_of`]), or by default the `ProfilerStep#N` ranges.
 pub fn parse_into(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
     whole_file_limit: usize,
+    step_pattern: Option<&regex::Regex>,
     sink: &mut EventSink<'_>,
     counter_sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
@@ -113,9 +117,10 @@ pub fn parse_into(
                 let (done_tx, done_rx) = mpsc::sync_channel(1);
                 let spare = spare_tx.clone();
                 let offset = block.offset;
+                let steps = step_pattern.cloned();
                 rayon::spawn(move || {
-                    let parsed =
-                        std::panic::catch_unwind(|| parse_block(&block)).unwrap_or_else(|_| {
+                    let parsed = std::panic::catch_unwind(|| parse_block(&block, steps.as_ref()))
+                        .unwrap_or_else(|_| {
                             Err(TraceError::at_byte(offset, None, "the parser panicked"))
                         });
                     let _ = spare.try_send(block.bytes);
@@ -199,6 +204,7 @@ pub fn parse_into(
             ),
         ));
     }
+    crate::resolve::number_occurrences(&mut trace.host.steps);
     if trace.missing_dur > 0 {
         *trace
             .warnings
@@ -295,6 +301,9 @@ struct Block {
     ranges: Vec<EventSpan>,
     offset: u64,
     first_event: u64,
+    /// The text of the event before the block's first (empty for the first block): a legacy
+    /// kernel's flow arrow may be there ([`BlockOut::legacy_flow`]).
+    previous: Vec<u8>,
 }
 
 /// Buffered reader that keeps track of absolute offsets.
@@ -314,6 +323,8 @@ struct Stream<R> {
     base: u64,
     eof: bool,
     read_total: u64,
+    /// The text of the last event handed over.
+    last_event: Vec<u8>,
 }
 
 impl<R: Read> Stream<R> {
@@ -422,14 +433,31 @@ fn split_stream(
         base: 0,
         eof: false,
         read_total: 0,
+        last_event: Vec::new(),
     };
     let mut top = Vec::new();
     match s.peek()? {
         None => return Err(s.err("the file is empty")),
         Some(b'{') => s.pos += 1,
+        // The JSON Array Format: the file is the events array itself.
+        Some(b'[') => {
+            s.pos += 1;
+            let mut events = 0;
+            split_events(&mut s, &tx, &mut events, progress, true)?;
+            if let Some(b) = s.peek()? {
+                return Err(s.err(format!(
+                    "unexpected '{}' after the array of events",
+                    if b.is_ascii_graphic() { b as char } else { '?' }
+                )));
+            }
+            progress(s.read_total);
+            // Read as the `traceEvents` of an object that has nothing else.
+            top.push(("traceEvents".to_string(), Vec::new(), 0));
+            return Ok(top);
+        }
         Some(b) if b.is_ascii_graphic() => {
             return Err(s.err(format!(
-                "not a Kineto/Chrome trace: expected a JSON object, found '{}'",
+                "not a Kineto/Chrome trace: expected a JSON object or array, found '{}'",
                 b as char
             )))
         }
@@ -477,7 +505,7 @@ fn split_stream(
                 return Err(s.err("\"traceEvents\" is not an array"));
             }
             s.pos += 1;
-            split_events(&mut s, &tx, &mut next_event, progress)?;
+            split_events(&mut s, &tx, &mut next_event, progress, false)?;
             top.push((key, Vec::new(), 0));
         } else {
             let offset = s.base + s.pos as u64;
@@ -490,11 +518,16 @@ fn split_stream(
     Ok(top)
 }
 
+/// Splits the events of an array (from just after its `[`) into blocks. `open_end`: the
+/// array may stop at the end of the input after a whole event (and maybe a comma), without
+/// its `]`: the Trace Event Format allows this in its JSON Array Format, for a trace written
+/// as the program runs and never closed (Chrome's importer appends the `]`).
 fn split_events(
     s: &mut Stream<impl Read>,
     tx: &mpsc::SyncSender<Block>,
     next_event: &mut u64,
     progress: &(dyn Fn(u64) + Sync),
+    open_end: bool,
 ) -> Result<(), TraceError> {
     let mut ranges: Vec<EventSpan> = Vec::new();
     let mut expect_comma = false;
@@ -547,10 +580,17 @@ fn split_events(
         progress(s.read_total);
         let keep = s.pos;
         if !s.fill(keep)? {
+            if open_end && s.pos == s.end && *next_event > 0 {
+                return Ok(());
+            }
             return Err(TraceError::at_byte(
                 s.base + s.pos as u64,
                 Some(*next_event),
-                "unexpected end of input inside traceEvents: the trace is truncated",
+                if open_end {
+                    "unexpected end of input inside an event: the trace is truncated"
+                } else {
+                    "unexpected end of input inside traceEvents: the trace is truncated"
+                },
             ));
         }
     }
@@ -579,6 +619,10 @@ fn hand_over(
     if ranges.is_empty() {
         return;
     }
+    let previous = match ranges.last() {
+        Some(&(a, b, _)) => std::mem::replace(&mut s.last_event, s.storage[a..b].to_vec()),
+        None => Vec::new(),
+    };
     let rest = s.end - s.pos;
     // A spare buffer keeps its length: its bytes are initialized room for reading.
     let mut next = s.spare.try_recv().unwrap_or_default();
@@ -594,6 +638,7 @@ fn hand_over(
         ranges: std::mem::replace(ranges, Vec::with_capacity(room)),
         offset: s.base,
         first_event: *next_event,
+        previous,
     };
     *next_event += block.ranges.len() as u64;
     s.base += s.pos as u64;
@@ -620,6 +665,9 @@ struct BlockOut {
     n_kernels: u64,
     n_complete: u64,
     n_missing_dur: u64,
+    /// The last legacy flow arrow's head (`"ph": "f"`, `"cat": "cpu_to_cuda"`): `(tid, ts,
+    /// id)`. The kernel it points at follows it in the file, at the same `tid` and `ts`.
+    legacy_flow: Option<(Option<i64>, i64, i64)>,
 }
 
 /// A [`BlockOut`] with its columns finished (in the parse task, in parallel); `tally` keeps
@@ -649,7 +697,7 @@ impl From<BlockOut> for ParsedPart {
 /// A block's parts, in order, or its first error.
 type ParsedBlock = Result<Vec<ParsedPart>, TraceError>;
 
-fn parse_block(block: &Block) -> ParsedBlock {
+fn parse_block(block: &Block, step_pattern: Option<&regex::Regex>) -> ParsedBlock {
     let parts = rayon::current_num_threads().max(1) * 2;
     let per = block.ranges.len().div_ceil(parts).max(256);
     block
@@ -668,6 +716,15 @@ fn parse_block(block: &Block) -> ParsedBlock {
                 gpu_events: EventColumns::with_room(chunk.len() / 4, args_bytes),
                 ..Default::default()
             };
+            // A legacy flow arrow just before the chunk links its first kernel.
+            let previous = match i {
+                0 => Cursor::new(&block.previous),
+                _ => {
+                    let (a, b, _) = block.ranges[i * per - 1];
+                    Cursor::at(&block.bytes[..b], a)
+                }
+            };
+            out.legacy_flow = legacy_flow_head(previous);
             // The chunk's text, checked to be UTF-8 once here (with SIMD where the CPU has it)
             // rather than string by string. Positions below are relative to its start.
             let start = chunk.first().map_or(0, |e| e.0);
@@ -682,7 +739,7 @@ fn parse_block(block: &Block) -> ParsedBlock {
                     Some(text) => Cursor::at_text(&text[..b], a),
                     None => Cursor::at(&bytes[..b], a),
                 };
-                parse_event(event, object.map(relative), &mut out).map_err(|e| {
+                parse_event(event, object.map(relative), step_pattern, &mut out).map_err(|e| {
                     TraceError::at_byte(offset + e.offset as u64, Some(index), e.message)
                 })?;
             }
@@ -770,9 +827,41 @@ fn kind_of(cat: &str, name: &str) -> Kind {
     }
 }
 
+/// The category of the legacy `export_chrome_trace`'s flow arrows from operator to kernel.
+const LEGACY_FLOW: &str = "cpu_to_cuda";
+
+/// The legacy flow arrow head the event at `event` is, if it is one.
+fn legacy_flow_head(event: Cursor<'_>) -> Option<(Option<i64>, i64, i64)> {
+    if event.buf.is_empty() {
+        return None;
+    }
+    let mut scratch = BlockOut::default();
+    parse_event(event, None, None, &mut scratch).ok()?;
+    scratch.legacy_flow
+}
+
+/// The kind of a complete event without `cat`: PyTorch's legacy `export_chrome_trace` (up to
+/// 1.7) files operators under `"pid": "CPU functions"` and kernels under `"CUDA functions"`.
+fn legacy_kind(pid: &Id<'_>) -> Kind {
+    match pid {
+        Id::Str(p) if p == "CPU functions" => Kind::CpuOp,
+        Id::Str(p) if p == "CUDA functions" => Kind::Kernel,
+        _ => Kind::Other,
+    }
+}
+
 /// The direction in a copy's name (`Memcpy HtoD (Pageable -> Device)` -> `HtoD`) or in a
-/// ROCm `kind` arg (`DtoD`).
+/// ROCm `kind` arg (`DtoD`). Unified-memory page migrations (`Memcpy Unified HtoD`,
+/// `[CUDA Unified Memory memcpy DtoH]`) are `UM HtoD`, `UM DtoH`, `UM DtoD`, as Nsight Systems'
+/// copy kinds 11 to 13: the driver moves pages on a fault or prefetch, no copy call runs.
 fn copy_kind_of(name: &str) -> Option<&'static str> {
+    if name.contains("Unified") {
+        return ["HtoD", "DtoH", "DtoD"]
+            .into_iter()
+            .zip(["UM HtoD", "UM DtoH", "UM DtoD"])
+            .find(|(direction, _)| name.contains(direction))
+            .map(|(_, kind)| kind);
+    }
     const KINDS: [&str; 7] = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "DtoA", "AtoD"];
     let word = name
         .strip_prefix("Memcpy ")
@@ -852,6 +941,7 @@ fn of_skipped_phase(event: Cursor<'_>) -> bool {
 fn parse_event(
     event: Cursor<'_>,
     object: Option<(usize, usize)>,
+    step_pattern: Option<&regex::Regex>,
     out: &mut BlockOut,
 ) -> json::Result<()> {
     if of_skipped_phase(event) {
@@ -864,6 +954,7 @@ fn parse_event(
     let (mut pid, mut tid) = (Id::Missing, Id::Missing);
     let (mut ts, mut dur): (Option<i64>, Option<i64>) = (None, None);
     let mut args: Option<(usize, usize)> = None;
+    let mut flow_id: Option<i64> = None;
     c.object(|key, c| {
         match key {
             "ph" => ph = Some(expect_str(c, key)?),
@@ -877,6 +968,7 @@ fn parse_event(
             }
             "pid" => pid = Id::of(c)?,
             "tid" => tid = Id::of(c)?,
+            "id" => flow_id = Id::of(c)?.int(),
             "ts" => ts = Some(ns_of(c, "ts")?),
             "dur" => dur = Some(ns_of(c, "dur")?),
             "args" if c.peek() == Some(b'{') && object.map(|o| o.0) == Some(c.pos) => {
@@ -909,12 +1001,26 @@ fn parse_event(
         .unwrap_or(if dur.is_some() { "X" } else { "" });
     let name = name.unwrap_or(Cow::Borrowed(""));
     let kind = match ph {
+        "X" if cat.is_none() => legacy_kind(&pid),
         "X" => kind_of(cat.as_deref().unwrap_or(""), &name),
         "i" | "I" | "n" => Kind::Instant,
         "C" => {
             if let (Some(ts), Some((a, b))) = (ts, args) {
                 counter_event(event.sub(b, a), &name, pid.int(), ts, out)?;
             }
+            return Ok(());
+        }
+        // Legacy `export_chrome_trace` links a kernel to its operator by a flow arrow alone:
+        // its tail, at the operator's start on the operator's thread, is the launch.
+        "s" if cat.as_deref() == Some(LEGACY_FLOW) => {
+            if let (Some(id), Some(ts), Some(p), Some(t)) = (flow_id, ts, pid.int(), tid.int()) {
+                let thread = out.host.threads.intern(p, t);
+                out.host.launches.push(Launch::new(id, ts, thread));
+            }
+            return Ok(());
+        }
+        "f" if cat.as_deref() == Some(LEGACY_FLOW) => {
+            out.legacy_flow = ts.zip(flow_id).map(|(ts, id)| (tid.int(), ts, id));
             return Ok(());
         }
         // Metadata, flows (launch links are also in args.correlation) and async phases.
@@ -1096,7 +1202,16 @@ fn parse_event(
                 .or_else(|| direction.as_deref().and_then(copy_kind_of_direction));
         }
     }
-    if kind.is_gpu() {
+    if kind.is_gpu() && cat.is_none() {
+        // Legacy `export_chrome_trace`: the kernel's device is its `tid`; no stream is known;
+        // the flow arrow just before it gives its launch.
+        e.device = e.device.or(e.tid.map(|t| t as i32));
+        if let Some((flow_tid, flow_ts, id)) = out.legacy_flow.take() {
+            if flow_tid == e.tid && flow_ts == ts {
+                e.correlation = e.correlation.or(Some(id));
+            }
+        }
+    } else if kind.is_gpu() {
         e.device = e.device.or(e.pid.map(|p| p as i32));
         e.stream = e.stream.or(e.tid);
     }
@@ -1147,7 +1262,13 @@ fn parse_event(
     let (Some(p), Some(t)) = (e.pid, e.tid) else {
         return Ok(());
     };
-    let step = profiler_step_number(&name);
+    let step = match step_pattern {
+        None => profiler_step_number(&name),
+        Some(re) if matches!(kind, Kind::CpuOp | Kind::Annotation | Kind::Python) => {
+            crate::resolve::step_of(re, &name)
+        }
+        Some(_) => None,
+    };
     if let Some(n) = step {
         out.host.steps.push(Step {
             process: 0,

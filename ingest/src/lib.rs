@@ -5,6 +5,7 @@
 //! GPU work to operators and steps ([`resolve`]), redacts secrets ([`redact`]) and commits
 //! through the engine. Adapters know nothing of SQL.
 
+pub mod devices;
 pub mod driver;
 pub mod events;
 pub mod json;

@@ -78,12 +78,13 @@ impl Default for NsysOptions {
     }
 }
 
-/// Checks a user-given step pattern: it must compile and have exactly one capture group.
+/// Checks a user-given step pattern: it must compile and have at most one capture group (the
+/// step number; without one, matching ranges are numbered 1, 2, ... in order of start).
 pub fn step_pattern(pattern: &str) -> Result<Regex, String> {
     let re = Regex::new(pattern).map_err(|e| format!("invalid --step-pattern: {e}"))?;
-    if re.captures_len() != 2 {
+    if re.captures_len() > 2 {
         return Err(format!(
-            "--step-pattern must have exactly one capture group (the step number), {pattern:?} has {}",
+            "--step-pattern may have one capture group (the step number), {pattern:?} has {}",
             re.captures_len() - 1
         ));
     }
@@ -890,11 +891,7 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
                         let known = range_texts.get(name).copied();
                         let (operator, step) = known.unwrap_or_else(|| {
                             // Most ranges are not steps: the match test alone allocates nothing.
-                            let step = Some(name)
-                                .filter(|name| ctx.step_pattern.is_match(name))
-                                .and_then(|name| ctx.step_pattern.captures(name))
-                                .and_then(|c| c.get(1))
-                                .and_then(|m| m.as_str().parse::<i64>().ok());
+                            let step = crate::resolve::step_of(&ctx.step_pattern, name);
                             (operator_name(name).is_some(), step)
                         });
                         if known.is_none() && range_texts.len() < RANGE_TEXTS_CACHED {
@@ -1290,6 +1287,7 @@ impl Export {
         outcome?;
         counts.add_to(&mut trace);
         trace.host.correlation_per_process = true;
+        crate::resolve::number_occurrences(&mut trace.host.steps);
         let gpu = GpuTables {
             ctx,
             tasks: gpu_tasks,
@@ -1599,7 +1597,8 @@ mod tests {
         assert_eq!(step("forward"), None);
         assert_eq!(step("aten::mm"), None);
         assert!(step_pattern("(\\d+)").is_ok());
-        assert!(step_pattern("\\d+").is_err());
+        assert!(step_pattern("denoise_step").is_ok());
+        assert!(step_pattern("(a)(\\d+)").is_err());
         assert!(step_pattern("(").is_err());
     }
 }

@@ -19,6 +19,44 @@ use std::sync::Arc;
 
 const NONE: u32 = u32::MAX;
 
+/// The number of a step matched by a pattern without a capture group, until
+/// [`number_occurrences`] numbers such steps once the whole file is read.
+pub const UNNUMBERED_STEP: i64 = i64::MIN;
+
+/// The step a range named `name` marks under a step pattern: the number in its capture group,
+/// or [`UNNUMBERED_STEP`] when the pattern has none (a repeated range, such as a denoising
+/// loop's `denoise_step`, numbered by occurrence). None when the name does not match, or its
+/// group is not an integer.
+pub fn step_of(pattern: &regex::Regex, name: &str) -> Option<i64> {
+    // Most ranges are not steps: the match test alone allocates nothing.
+    if !pattern.is_match(name) {
+        return None;
+    }
+    if pattern.captures_len() < 2 {
+        return Some(UNNUMBERED_STEP);
+    }
+    pattern.captures(name)?.get(1)?.as_str().parse().ok()
+}
+
+/// Numbers the steps matched by a pattern without a capture group 1, 2, ... in order of start,
+/// per process.
+pub fn number_occurrences(steps: &mut [Step]) {
+    let mut unnumbered: Vec<&mut Step> = steps
+        .iter_mut()
+        .filter(|s| s.number == UNNUMBERED_STEP)
+        .collect();
+    unnumbered.sort_by_key(|s| (s.process, s.start, s.end));
+    let mut last: Option<(i64, i64)> = None;
+    for s in unnumbered {
+        let n = match last {
+            Some((process, n)) if process == s.process => n + 1,
+            _ => 1,
+        };
+        s.number = n;
+        last = Some((s.process, n));
+    }
+}
+
 /// Intervals of one kind on one thread: a slice of [`Resolver::intervals`] sorted by start
 /// (longest first on ties), each with the index of its enclosing interval.
 #[derive(Clone, Copy)]

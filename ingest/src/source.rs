@@ -55,6 +55,10 @@ pub enum DetectError {
     Io(#[from] std::io::Error),
 }
 
+/// Why detection gave up on content no format can hold.
+const BINARY: &str = "binary content";
+const UNDECOMPRESSABLE: &str = "cannot decompress";
+
 fn compression_of(head: &[u8]) -> Compression {
     if head.starts_with(&[0x1f, 0x8b]) {
         Compression::Gzip
@@ -79,7 +83,7 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
     let mut text = [0u8; 4096];
     let mut r = decompress(Box::new(BufReader::new(File::open(path)?)), compression)?;
     let m = read_up_to(&mut r, &mut text)
-        .map_err(|e| DetectError::Unknown(format!("cannot decompress: {e}")))?;
+        .map_err(|e| DetectError::Unknown(format!("{UNDECOMPRESSABLE}: {e}")))?;
     let body = &text[..m];
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     let Some(first) = body.iter().copied().find(|b| !b.is_ascii_whitespace()) else {
@@ -90,7 +94,7 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
         .take(512)
         .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace()))
     {
-        return Err(DetectError::Unknown("binary content".into()));
+        return Err(DetectError::Unknown(BINARY.into()));
     }
     // The head may end inside a UTF-8 sequence: keep its valid prefix.
     let head = match std::str::from_utf8(body) {
@@ -100,7 +104,9 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
     if crate::stagelog::looks_like_stage_log(head) {
         return Ok((compression, Format::StageLog));
     }
-    if first == b'{' {
+    // A JSON object, or the Trace Event Format's JSON Array Format (a bare array of events,
+    // as PyTorch up to 1.7 and the legacy `export_chrome_trace` write).
+    if first == b'{' || (first == b'[' && array_of_objects(body)) {
         return Ok((compression, Format::Kineto));
     }
     let mut lines = head.lines();
@@ -115,6 +121,12 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
     } else {
         "text that is neither a JSON trace, a rocprofv3 CSV nor a stage log".into()
     }))
+}
+
+/// Whether `body` (starting, after whitespace, with `[`) goes on with an object or `]`.
+fn array_of_objects(body: &[u8]) -> bool {
+    let mut rest = body.iter().copied().filter(|b| !b.is_ascii_whitespace());
+    rest.next() == Some(b'[') && matches!(rest.next(), Some(b'{' | b']') | None)
 }
 
 pub(crate) fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -187,8 +199,20 @@ pub struct Source {
 
 impl Source {
     /// Opens `path`, detecting its format by content, or checking it is `forced`.
+    /// `--format kineto` reads any text as Kineto JSON, whatever detection guessed (the
+    /// parser then says where the text is not a trace).
     pub fn open(path: &Path, forced: Option<Format>) -> Result<Source, DetectError> {
-        let (compression, format) = detect(path)?;
+        let (compression, format) = match (detect(path), forced) {
+            (Ok((c, f)), Some(Format::Kineto)) if f != Format::Nsys => (c, Format::Kineto),
+            (Err(DetectError::Unknown(why)), Some(Format::Kineto))
+                if why != BINARY && !why.starts_with(UNDECOMPRESSABLE) =>
+            {
+                let mut head = [0u8; 4];
+                let n = read_up_to(&mut File::open(path)?, &mut head)?;
+                (compression_of(&head[..n]), Format::Kineto)
+            }
+            (detected, _) => detected?,
+        };
         if let Some(f) = forced.filter(|&f| f != format) {
             return Err(DetectError::NotThatFormat {
                 expected: f.name(),
@@ -416,5 +440,32 @@ mod tests {
         source.reader().unwrap().read_to_end(&mut read).unwrap();
         assert_eq!(read, content);
         assert_eq!(source.hash().unwrap(), want);
+    }
+
+    /// A bare array of events is a Chrome trace (JSON Array Format); `--format kineto` reads
+    /// any text as one, even where detection sees something else or nothing it knows.
+    #[test]
+    fn detects_the_json_array_format_and_kineto_can_be_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let array = write("a.json", "\n [ {\"name\": \"k\", \"ph\": \"X\", \"ts\": 1, \"dur\": 2}");
+        assert_eq!(detect(&array).unwrap().1, Format::Kineto);
+        assert_eq!(detect(&write("e.json", "[]")).unwrap().1, Format::Kineto);
+        let numbers = write("n.json", "[1, 2, 3]");
+        assert!(matches!(detect(&numbers), Err(DetectError::Unknown(_))));
+        let opened = Source::open(&numbers, Some(Format::Kineto)).unwrap();
+        assert_eq!(opened.format, Format::Kineto);
+        // A CSV forced to Kineto is opened as Kineto (the parser then says it is not JSON);
+        // an SQLite file or binary content is never text to read.
+        let csv = write("c.csv", "Kind,Agent_Id,Correlation_Id,Start_Timestamp\n");
+        assert_eq!(Source::open(&csv, Some(Format::Kineto)).unwrap().format, Format::Kineto);
+        let binary = write("b.bin", "\u{1}\u{2}\u{3}");
+        assert!(Source::open(&binary, Some(Format::Kineto)).is_err());
+        let sqlite = write("s.sqlite", "SQLite format 3\0rest");
+        assert!(Source::open(&sqlite, Some(Format::Kineto)).is_err());
     }
 }

@@ -577,3 +577,60 @@ async fn kind_filters_read_only_the_kinds_row_ranges() {
         vec![Some(0)]
     );
 }
+
+/// `json_get`, `json_get_int` read values inside `args` and `runs.metadata`, equal to what
+/// serde_json reads from the same text.
+#[tokio::test]
+async fn json_functions_read_args_and_run_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    ingest_synth(&store, dir.path(), "j", &SynthConfig::small(), &[]);
+    let ctx = open_session(&store).await.unwrap();
+    let metadata = query_strings(&ctx, "SELECT metadata FROM runs").await;
+    let metadata: serde_json::Value =
+        serde_json::from_str(metadata[0].as_deref().unwrap()).unwrap();
+    let path_env = metadata["metadata"]["env"]["PATH"].as_str().unwrap().to_string();
+    assert_eq!(
+        query_strings(&ctx, "SELECT json_get(metadata, 'metadata', 'env', 'PATH') FROM runs").await,
+        vec![Some(path_env)]
+    );
+    // Objects and arrays come back as JSON text; a missing path or a non-integer is NULL.
+    let env = query_strings(&ctx, "SELECT json_get(metadata, 'metadata', 'env') FROM runs").await;
+    let env: serde_json::Value = serde_json::from_str(env[0].as_deref().unwrap()).unwrap();
+    assert_eq!(env, metadata["metadata"]["env"]);
+    for sql in [
+        "SELECT json_get(metadata, 'nope', 0) FROM runs",
+        "SELECT json_get_int(metadata, 'metadata', 'env', 'PATH') FROM runs",
+        "SELECT json_get('not json', 'a')",
+    ] {
+        assert_eq!(query_strings(&ctx, sql).await, vec![None], "{sql}");
+    }
+    let schema_version = metadata["schemaVersion"].as_i64().unwrap();
+    assert_eq!(
+        query_strings(&ctx, "SELECT json_get_int(metadata, 'schemaVersion') FROM runs").await,
+        vec![Some(schema_version.to_string())]
+    );
+
+    // Every operator's External id, read in SQL and by serde_json from the same args.
+    let sql = "SELECT args, json_get_int(args, 'External id') FROM events \
+               WHERE kind = 'cpu_op' AND args IS NOT NULL ORDER BY ts";
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut checked = 0;
+    for b in &batches {
+        let args = datafusion::arrow::compute::cast(
+            b.column(0),
+            &datafusion::arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let args = args.as_string::<i32>();
+        let ids = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            let v: serde_json::Value = serde_json::from_str(args.value(i)).unwrap();
+            let want = v["External id"].as_i64();
+            let got = datafusion::arrow::array::Array::is_valid(ids, i).then(|| ids.value(i));
+            assert_eq!(got, want, "{}", args.value(i));
+            checked += want.is_some() as usize;
+        }
+    }
+    assert!(checked > 10, "only {checked} operators with an External id");
+}

@@ -421,3 +421,81 @@ fn independent_gemm_attribution(path: &Path) -> BTreeMap<String, [i64; 4]> {
     }
     out
 }
+
+/// The span of the array after `"traceEvents":` in `text`, as written (strings and escapes
+/// skipped while the brackets are counted).
+fn trace_events_text(text: &str) -> &str {
+    let key = text.find("\"traceEvents\"").expect("traceEvents");
+    let start = key + text[key..].find('[').unwrap();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, b) in text.bytes().enumerate().skip(start) {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &text[start..=i];
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("traceEvents does not end");
+}
+
+/// A real trace's `traceEvents`, written as a bare array (the JSON Array Format, byte for
+/// byte as in the file), is stored as the same rows as the trace itself.
+#[tokio::test]
+async fn a_real_trace_as_a_bare_array_stores_the_same_rows() {
+    let Some(dir) = gpuq_tests::shared_traces("kineto/param_dlrm_8rank") else {
+        eprintln!("SKIPPED: ../shared/traces/kineto/param_dlrm_8rank not found");
+        return;
+    };
+    let file = gpuq_tests::trace_files(&dir).remove(0);
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(&file).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let array = tmp.path().join("array.json");
+    std::fs::write(&array, trace_events_text(&text)).unwrap();
+    let store = Store::open(tmp.path().join("store")).unwrap();
+    for (run, path) in [("object", &file), ("array", &array)] {
+        let opts = IngestOptions {
+            run: Some(RunId::new(run).unwrap()),
+            ..Default::default()
+        };
+        gpuq_ingest::ingest(&store, std::slice::from_ref(path), &opts, &NoProgress)
+            .unwrap_or_else(|e| panic!("{run}: {e}"));
+    }
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    // Every column but the run and the rank (which only the object's distributedInfo gives).
+    let rows = |run: &str| {
+        let sql = format!(
+            "SELECT device, stream, pid, tid, kind, name, ts, dur, correlation, op, scope, step, \
+             bytes, copy_kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, \
+             shared_mem, args FROM events WHERE run = '{run}' \
+             ORDER BY ts, dur, kind, name, pid, tid, device, stream, correlation, args"
+        );
+        let ctx = ctx.clone();
+        async move {
+            let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                .unwrap()
+                .to_string()
+        }
+    };
+    let (object, array) = (rows("object").await, rows("array").await);
+    assert!(object.lines().count() > 3000, "{}", object.lines().count());
+    assert!(object == array, "the bare array's rows differ from the trace's");
+}

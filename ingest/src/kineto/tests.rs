@@ -350,7 +350,11 @@ fn reports_bad_input_with_position() {
     assert!(parse_str("[1, 2]")
         .unwrap_err()
         .message
-        .contains("expected a JSON object"));
+        .contains("expected an event object"));
+    assert!(parse_str("\"text\"")
+        .unwrap_err()
+        .message
+        .contains("expected a JSON object or array"));
     assert!(parse_str("\u{1}\u{2}binary")
         .unwrap_err()
         .message
@@ -546,4 +550,162 @@ fn every_truncation_and_corrupted_byte_is_an_error_not_a_panic() {
     // Most single-byte changes break the JSON; some (a digit in a number, a letter in a
     // name) leave a valid trace.
     assert!(errors > 1000, "only {errors} corrupted traces failed");
+}
+
+/// The JSON Array Format as PyTorch up to 1.7 (`export_chrome_trace`) wrote it: no `cat`,
+/// operators under `"pid": "CPU functions"`, kernels under `"CUDA functions"` with the device
+/// as `tid`, decimal microseconds, flow arrows `s`/`f`.
+const LEGACY_ARRAY: &str = r###"[{"name": "aten::conv2d", "ph": "X", "ts": 1623142623531.500, "dur": 120.250, "tid": 25738, "pid": "CPU functions", "args": {}}, {"name": "aten::conv2d", "ph": "s", "ts": 1623142623531.500, "tid": 25738, "pid": "CPU functions", "id": 0, "cat": "cpu_to_cuda", "args": {}}, {"name": "conv2d_kernel", "ph": "f", "ts": 1623142623600.125, "tid": 1, "pid": "CUDA functions", "id": 0, "cat": "cpu_to_cuda", "args": {}}, {"name": "conv2d_kernel", "ph": "X", "ts": 1623142623600.125, "dur": 45.003, "tid": 1, "pid": "CUDA functions", "args": {}}, {"name": "aten::relu", "ph": "X", "ts": 1623142623700, "dur": 3, "tid": 25738, "pid": "CPU functions", "args": {}}]"###;
+
+#[test]
+fn reads_the_json_array_format_of_legacy_pytorch() {
+    let t = parse_str(LEGACY_ARRAY).unwrap();
+    assert_eq!(t.events, 3);
+    assert_eq!(t.kernels, 1);
+    let b = resolved(t);
+    let k = row_of(&b, "conv2d_kernel");
+    assert_eq!(strings(&b, "kind")[k].as_deref(), Some("kernel"));
+    assert_eq!(ints(&b, "ts")[k], Some(1_623_142_623_600_125_000));
+    assert_eq!(ints(&b, "dur")[k], Some(45_003));
+    assert_eq!(ints(&b, "device")[k], Some(1));
+    assert_eq!(ints(&b, "stream")[k], None);
+    // Its flow arrow links it to the operator that launched it.
+    assert_eq!(strings(&b, "op")[k].as_deref(), Some("aten::conv2d"));
+    let op = row_of(&b, "aten::conv2d");
+    assert_eq!(strings(&b, "kind")[op].as_deref(), Some("cpu_op"));
+    assert_eq!(ints(&b, "tid")[op], Some(25738));
+    assert_eq!(ints(&b, "dur")[op], Some(120_250));
+
+    // The format allows the closing `]` to be missing (a trace never closed), after a whole
+    // event and maybe a comma: the same events.
+    let open = LEGACY_ARRAY.trim_end_matches(']');
+    for text in [open.to_string(), format!("{open},\n"), format!("  {LEGACY_ARRAY}\n")] {
+        let t = parse_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!((t.events, t.kernels), (3, 1), "{text}");
+    }
+    // An event cut short is still a truncated trace, and nothing may follow the array.
+    let cut = &LEGACY_ARRAY[..LEGACY_ARRAY.find("aten::relu").unwrap()];
+    let e = parse_str(cut).unwrap_err();
+    assert!(e.message.contains("truncated"), "{e}");
+    assert_eq!(e.event(), Some(4), "{e}");
+    let e = parse_str(&format!("{LEGACY_ARRAY} x")).unwrap_err();
+    assert!(e.message.contains("after the array"), "{e}");
+    assert!(parse_str("[").unwrap_err().message.contains("truncated"));
+    assert_eq!(parse_str("[]").unwrap().events, 0);
+}
+
+/// Unified-memory page migrations get copy kinds of their own, not those of copies.
+#[test]
+fn unified_memory_migrations_have_their_own_copy_kind() {
+    let text = r###"{"traceEvents": [
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy Unified HtoD", "pid": 0, "tid": 0, "ts": 10, "dur": 2, "args": {"device": 0, "bytes": 65536}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "[CUDA Unified Memory memcpy DtoH]", "pid": 0, "tid": 0, "ts": 20, "dur": 2, "args": {"device": 0, "bytes": 4096}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 7, "ts": 30, "dur": 2, "args": {"device": 0, "stream": 7, "bytes": 64}}
+]}"###;
+    let b = resolved(parse_str(text).unwrap());
+    let kinds = strings(&b, "copy_kind");
+    assert_eq!(kinds[row_of(&b, "Memcpy Unified HtoD")].as_deref(), Some("UM HtoD"));
+    assert_eq!(kinds[row_of(&b, "[CUDA Unified Memory memcpy DtoH]")].as_deref(), Some("UM DtoH"));
+    assert_eq!(kinds[row_of(&b, "Memcpy HtoD (Pinned -> Device)")].as_deref(), Some("HtoD"));
+}
+
+fn parse_with_steps(text: &str, pattern: &str) -> ParsedTrace {
+    let re = crate::nsys::step_pattern(pattern).unwrap();
+    let (mut batches, mut counters) = (Vec::new(), Vec::new());
+    let mut t = parse_into(
+        text.as_bytes(),
+        &|_| {},
+        usize::MAX,
+        Some(&re),
+        &mut |b| {
+            batches.push(b);
+            Ok(())
+        },
+        &mut |b| {
+            counters.push(b);
+            Ok(())
+        },
+    )
+    .unwrap();
+    t.batches = batches;
+    t
+}
+
+/// A loop of `ranges` (host range names), each launching one kernel, 100 µs apart; the ranges
+/// listed out of time order, as blocks of a trace may be.
+fn loop_trace(cat: &str, ranges: &[&str]) -> String {
+    let mut events = Vec::new();
+    for (i, r) in ranges.iter().enumerate().rev() {
+        let t = 1000 + 100 * i;
+        events.push(format!(r#"{{"ph": "X", "cat": "{cat}", "name": "{r}", "pid": 1, "tid": 1, "ts": {t}, "dur": 90}}"#));
+        events.push(format!(r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {}, "dur": 5, "args": {{"correlation": {}}}}}"#, t + 10, 100 + i));
+        events.push(format!(r#"{{"ph": "X", "cat": "kernel", "name": "k{i}", "pid": 0, "tid": 7, "ts": {}, "dur": 20, "args": {{"device": 0, "stream": 7, "correlation": {}}}}}"#, t + 20, 100 + i));
+    }
+    format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n"))
+}
+
+fn kernel_steps(b: &RecordBatch) -> Vec<(String, Option<i64>)> {
+    let names = strings(b, "name");
+    let kinds = strings(b, "kind");
+    let steps = ints(b, "step");
+    let mut out: Vec<(String, Option<i64>)> = (0..b.num_rows())
+        .filter(|&i| kinds[i].as_deref() == Some("kernel"))
+        .map(|i| (names[i].clone().unwrap(), steps[i]))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `--step-pattern` makes steps of Kineto ranges: numbered by the capture group (scheduler
+/// steps), or by occurrence when the pattern has none (a denoising loop's repeated range).
+#[test]
+fn step_patterns_mark_kineto_steps() {
+    let numbered = loop_trace("user_annotation", &["scheduler_step 41", "scheduler_step 42", "other"]);
+    let b = resolved(parse_with_steps(&numbered, r"^scheduler_step (\d+)$"));
+    assert_eq!(
+        kernel_steps(&b),
+        vec![("k0".into(), Some(41)), ("k1".into(), Some(42)), ("k2".into(), None)]
+    );
+    // Without the pattern, no step (only ProfilerStep#N is one by default).
+    let b = resolved(parse_str(&numbered).unwrap());
+    assert!(kernel_steps(&b).iter().all(|(_, s)| s.is_none()));
+
+    // A repeated range without a number: steps 1..N in order of time, whatever the file order.
+    let repeated = loop_trace("python_function", &["denoise_step", "denoise_step", "denoise_step"]);
+    let b = resolved(parse_with_steps(&repeated, "^denoise_step$"));
+    assert_eq!(
+        kernel_steps(&b),
+        vec![("k0".into(), Some(1)), ("k1".into(), Some(2)), ("k2".into(), Some(3))]
+    );
+    // Kernels never mark steps, whatever their name.
+    let t = parse_with_steps(&repeated, "^k");
+    assert!(t.host.steps.is_empty());
+}
+
+/// Legacy flow arrows link every kernel to its operator wherever blocks and parse chunks cut
+/// the file (between an arrow and its kernel too).
+#[test]
+fn legacy_flows_link_kernels_across_blocks() {
+    let n = 6000;
+    let mut events = Vec::new();
+    for i in 0..n {
+        let t = 1_000_000 + 10 * i;
+        events.push(format!(r#"{{"name": "op{i}", "ph": "X", "ts": {t}, "dur": 8, "tid": 3, "pid": "CPU functions", "args": {{}}}}"#));
+        events.push(format!(r#"{{"name": "op{i}", "ph": "s", "ts": {t}, "tid": 3, "pid": "CPU functions", "id": {i}, "cat": "cpu_to_cuda", "args": {{}}}}"#));
+        events.push(format!(r#"{{"name": "k{i}", "ph": "f", "ts": {}, "tid": 0, "pid": "CUDA functions", "id": {i}, "cat": "cpu_to_cuda", "args": {{}}}}"#, t + 5));
+        events.push(format!(r#"{{"name": "k{i}", "ph": "X", "ts": {}, "dur": 2, "tid": 0, "pid": "CUDA functions", "args": {{}}}}"#, t + 5));
+    }
+    let text = format!("[{}]", events.join(", "));
+    let reader = std::io::BufReader::with_capacity(777, text.as_bytes());
+    let b = resolved(parse(reader, &|_| {}).unwrap());
+    let (names, ops, kinds) = (strings(&b, "name"), strings(&b, "op"), strings(&b, "kind"));
+    let mut linked = 0;
+    for i in 0..b.num_rows() {
+        if kinds[i].as_deref() == Some("kernel") {
+            let name = names[i].as_deref().unwrap();
+            assert_eq!(ops[i].as_deref(), Some(format!("op{}", &name[1..]).as_str()), "{name}");
+            linked += 1;
+        }
+    }
+    assert_eq!(linked, n);
 }

@@ -346,6 +346,9 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
     let (mut wait_n, mut wait_t, mut longest_wait) = (0i64, 0i64, 0i64);
     let (mut page_n, mut page_t, mut page_b) = (0i64, 0i64, 0i64);
     let mut sync_calls = BTreeMap::new();
+    // Unified-memory page migrations (copy kinds `UM ...`) are no copy call: pinning is no
+    // advice for them.
+    let (mut um_t, mut copy_t) = (0i64, 0i64);
     for b in collect(ctx, &sql).await? {
         let (rank, pid, device, corr, bytes) = (
             ints(&b, 0)?,
@@ -358,6 +361,11 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
         let (ts, dur, step) = (ints(&b, 8)?, ints(&b, 9)?, ints(&b, 10)?);
         for i in 0..b.num_rows() {
             if !scope.keeps(step[i]) {
+                continue;
+            }
+            copy_t += dur[i].unwrap_or(0);
+            if kind[i].as_deref().is_some_and(|k| k.starts_with("UM ")) {
+                um_t += dur[i].unwrap_or(0);
                 continue;
             }
             let key = DeviceKey {
@@ -535,9 +543,15 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
-            action: "Overlap copies with compute: pinned memory + non_blocking=True on a side \
-                     stream, prefetch the next batch, avoid device-to-host copies inside the step."
-                .to_string(),
+            action: if um_t * 2 > copy_t {
+                "Most copy time is unified-memory page migration: prefetch the data to the GPU \
+                 before it is used (cudaMemPrefetchAsync, cudaMemAdvise), or allocate it on the \
+                 device instead of as managed memory."
+            } else {
+                "Overlap copies with compute: pinned memory + non_blocking=True on a side \
+                 stream, prefetch the next batch, avoid device-to-host copies inside the step."
+            }
+            .to_string(),
             impact_ns: exposed_copy,
         });
     }

@@ -9,6 +9,7 @@
 //! | [`fmt_dur(ns)`, `dur(text)`](durations) | scalar | human durations and back |
 //! | [`kernel_class(name)`](kernel_class) | scalar | gemm, conv, attention, ... |
 //! | [`demangle(name)`, `short_name(name)`](demangle) | scalar | C++ kernel names |
+//! | [`json_get(json, key_or_index, ...)`, `json_get_int`, `json_get_float`](json) | scalar | a value inside JSON text (`args`, `runs.metadata`) |
 //!
 //! Intervals are half-open `[ts, ts + dur)` in nanoseconds. Everywhere, a row with a NULL `ts`/`dur`
 //! or a negative `dur` is not an interval: scalar functions return NULL for it, aggregates skip it.
@@ -17,6 +18,7 @@ pub mod busy;
 pub mod demangle;
 pub mod durations;
 pub mod gap;
+pub mod json;
 pub mod kernel_class;
 pub mod overlap;
 
@@ -57,6 +59,9 @@ pub fn scalar_functions() -> Vec<ScalarUDF> {
         ScalarUDF::from(kernel_class::KernelClass::new()),
         ScalarUDF::from(demangle::Demangle::new()),
         ScalarUDF::from(demangle::ShortName::new()),
+        ScalarUDF::from(json::JsonGet::new()),
+        ScalarUDF::from(json::JsonGetInt::new()),
+        ScalarUDF::from(json::JsonGetFloat::new()),
     ]
 }
 

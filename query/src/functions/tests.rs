@@ -3,7 +3,7 @@
 use super::busy::IntervalSet;
 use super::demangle::{demangle, short_name};
 use super::durations::{fmt_dur, parse_dur};
-use super::kernel_class::{kernel_class, CLASSES};
+use super::kernel_class::{kernel_class, ClassRules, CLASSES};
 use super::*;
 use datafusion::arrow::array::{Float64Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
@@ -515,9 +515,74 @@ fn kernel_classes() {
         ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0", "gemm"),
         ("one_shot_all_reduce_kernel", "communication"),
         ("cub::DeviceRadixSortOnesweepKernel", "other"),
+        // Communication outside NCCL: DeepEP, NVSHMEM, symmetric memory, custom all-reduce.
+        ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, int, int, int, int, void**, int, int)", "communication"),
+        ("void deep_ep::internode_ll::combine<false, 7168>(void*, int*, int*, void const*, long const*, int*, long const*, int*, int*, void*, int, int, int, int, int, int, int)", "communication"),
+        ("void nvshmemi_transfer_rma_nbi_translate_kernel(void*)", "communication"),
+        ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 8, 8>(c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)", "communication"),
+        ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)", "communication"),
+        ("void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, 8, false>(...)", "communication"),
+        // Warp-specialised FlashAttention and FlashInfer.
+        ("void flash::compute_attn_ws<Flash_fwd_kernel_traits<128, 128, 128, 12, 2, false, 1, cutlass::bfloat16_t>, true, false, false>(flash::Flash_fwd_params)", "attention"),
+        ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<...>(...)", "attention"),
+        ("kernel_unified_attention_2d", "attention"),
+        // Quantised matmuls: llama.cpp, Marlin, Machete.
+        ("void mul_mat_q<(ggml_type)12, 64, false>(char const*, int const*, int const*, int const*, float*, float*, int, int, int, int, int, int, int, int, int)", "gemm"),
+        ("void mul_mat_vec_q<(ggml_type)8, 1>(void const*, void const*, int const*, float*, int, int, int, int, int, int, int)", "gemm"),
+        ("void dequantize_mul_mat_vec<1, 1, &(convert_f16(void const*, long, int, float2&))>(void const*, float const*, float*, int, int)", "gemm"),
+        ("void marlin::Marlin<256, 1, 8, 8, 4, 8, false, -1>(int4 const*, int4 const*, int4*, int4*, int4 const*, int4 const*, int*, int, int, int, int, int*, bool)", "gemm"),
+        ("void marlin_moe_wna16::Marlin<(vllm::ScalarTypeId)5, 256, 1, 8, 8, 4, 8, false, 4>(...)", "gemm"),
+        ("void cutlass::device_kernel<machete::MacheteKernelTemplate<...>::KernelType>(...)", "gemm"),
+        // MoE grouped GEMMs.
+        ("fused_moe_kernel", "gemm"),
+        ("_ZN5aiter39fmoe_bf16_blockscaleFp8_g1u1_vs_silu_1tg_32x256E", "gemm"),
+        ("void at::cuda::detail::grouped_mm_kernel<...>(...)", "gemm"),
+        // Triton / Inductor matmul templates.
+        ("triton_tem_fused_addmm_1", "gemm"),
+        ("triton_mm_0", "gemm"),
+        ("triton_tem_fused_convolution_0", "conv"),
+        // nvjet, CK, aiter, Tensile, hipBLASLt.
+        ("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+        ("void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<...>, true, (ck::InMemoryDataOperationEnum)0, 2, (ck::TailNumber)2>(...)", "gemm"),
+        ("_ZN5aiter37fmha_fwd_hd128_bf16_causal_a32_pssk_rtneE", "attention"),
+        ("Cijk_Alik_Bljk_HHS_BH_MT256x256x64_MI32x32x8x1_SN_1LDSB1_AG0_AMAS3_ASE_ASGT_ASLT_ASAE01", "gemm"),
+        ("Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x256x64_MI16x16x1_SN_LDSB0", "gemm"),
     ];
     for &(name, want) in cases {
         assert_eq!(kernel_class(name), want, "{name}");
+        assert_eq!(ClassRules::default().classify(name), want, "{name}");
         assert!(CLASSES.contains(&want));
+    }
+}
+
+/// User rules come before the built-in table, may name new classes, and a bad line is an
+/// error naming its line.
+#[test]
+fn user_class_rules_come_first() {
+    let rules = ClassRules::parse(
+        "# site rules\n\ncommunication = ^my_ring_\nmoe_routing = moe_align_block_size\ngemm = deep_gemm::\n",
+    )
+    .unwrap();
+    assert_eq!(rules.len(), 3);
+    assert_eq!(rules.classify("my_ring_allgather_v2"), "communication");
+    assert_eq!(rules.classify("void vllm::moe::moe_align_block_size_kernel<int>(int*)"), "moe_routing");
+    assert_eq!(rules.classify("void deep_gemm::fp8_gemm_kernel<128>(float*)"), "gemm");
+    // Before the table: `softmax` would win otherwise.
+    let over = ClassRules::parse("attention = MY_SOFTMAX_ATTN").unwrap();
+    assert_eq!(over.classify("my_softmax_attn_kernel"), "attention");
+    assert_eq!(ClassRules::default().classify("my_softmax_attn_kernel"), "softmax");
+    // Unmatched names fall through to the table.
+    assert_eq!(rules.classify("triton_poi_fused_add_0"), "elementwise");
+
+    for (text, line, what) in [
+        ("gemm = ok\nno equals sign", 2, "no '='"),
+        ("\n\nGEMM = x", 3, "lower-case"),
+        ("gemm = (", 1, "invalid pattern"),
+        ("gemm =   ", 1, "no pattern"),
+    ] {
+        let e = ClassRules::parse(text).unwrap_err();
+        assert_eq!(e.line, line, "{text:?}: {e}");
+        assert!(e.to_string().contains(what), "{text:?}: {e}");
+        assert!(e.to_string().starts_with(&format!("line {line}:")), "{e}");
     }
 }
