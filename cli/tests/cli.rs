@@ -631,7 +631,7 @@ fn reingesting_a_stored_nsys_export_is_a_no_op() {
     let before = snapshot(&store);
     let o = gpuq(
         &store,
-        &["ingest", nsys.to_str().unwrap(), "--run", "other"],
+        &["ingest", nsys.to_str().unwrap(), "--run", "r"],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(

@@ -1983,9 +1983,23 @@ mod tests {
         };
         let one = ingest(&store, &[epoch(1)], &run("one"), &NoProgress).unwrap();
         assert!(one[0].warnings.is_empty(), "{:?}", one[0].warnings);
-        let two = ingest(&store, &[epoch(2), epoch(3)], &run("two"), &NoProgress).unwrap();
+        // Synthetic traces of other seeds start days apart: merged on request, with that
+        // warning only.
+        let apart = IngestOptions {
+            merge_unrelated: true,
+            ..run("two")
+        };
+        let two = ingest(&store, &[epoch(2), epoch(3)], &apart, &NoProgress).unwrap();
         assert_eq!(two[0].files, 2);
-        assert!(two[0].warnings.is_empty(), "{:?}", two[0].warnings);
+        assert_eq!(two[0].warnings.len(), 1, "{:?}", two[0].warnings);
+        assert!(
+            two[0]
+                .warnings
+                .keys()
+                .all(|w| w.contains("--merge-unrelated")),
+            "{:?}",
+            two[0].warnings
+        );
         // Refused unless asked for: files on different clocks are not one job.
         let refused = ingest(
             &store,

@@ -321,9 +321,15 @@ fn many_small_appends_are_compacted_without_changing_the_rows() {
     let ts = b.column_by_name("ts").unwrap();
     let ts = ts.as_any().downcast_ref::<Int64Array>().unwrap();
     assert!(ts.values().windows(2).all(|w| w[0] <= w[1]));
-    // A reader still on the old version can read all of its files (grace period).
+    // A reader still on the old version can read all of its files (grace period), under
+    // _data/; the Hive tree holds only the new version's.
     for f in &reader_view.runs[&r].files {
-        assert!(store.paths().absolute(&f.path).exists(), "{}", f.path);
+        assert!(
+            store.file_path(&reader_view, &f.path).exists(),
+            "{}",
+            f.path
+        );
+        assert!(!store.paths().absolute(&f.path).exists(), "{}", f.path);
     }
     assert_eq!(m.runs[&r].meta.sources.len(), AUTO_COMPACT_PARTS + 1);
     // Nothing left to merge; an unknown run is an error.
