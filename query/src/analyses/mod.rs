@@ -26,6 +26,7 @@ pub mod breakdown;
 pub mod compare;
 pub(crate) mod data;
 pub mod findings;
+pub mod gate_sim;
 pub mod gaps;
 pub(crate) mod intervals;
 pub mod launch;
