@@ -231,6 +231,10 @@ pub enum Command {
             default_value = "step_time,gpu_busy,kernel_time"
         )]
         metrics: Vec<String>,
+        /// Also fail on a gated metric that moved past the threshold but could not be tested
+        /// (e.g. a rate per second of window without steps)
+        #[arg(long)]
+        fail_untested: bool,
         /// table (for people) or json (for CI tooling)
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,

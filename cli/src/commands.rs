@@ -229,6 +229,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             candidate,
             max_regression,
             metrics,
+            fail_untested,
             format,
         } => {
             // 1 means "regressed"; a check that could not run exits 2 so CI can tell them apart.
@@ -236,7 +237,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let store = open_store(&store_path)?;
                 let ctx = gpuq_query::open_session(&store).await?;
                 let (b, c) = (baseline.as_str(), candidate.as_str());
-                history::check(&ctx, &store, b, c, max_regression, &metrics, format).await
+                history::check(&ctx, &store, b, c, max_regression, &metrics, fail_untested, format)
+                    .await
             };
             match checked.await {
                 Ok(code) => Ok(code),

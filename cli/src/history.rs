@@ -86,8 +86,8 @@ pub async fn diff(
         let mut sql = format!(
             "SELECT name AS metric, fmt_dur(CAST(value_a AS BIGINT)) AS a, \
              fmt_dur(CAST(value_b AS BIGINT)) AS b, fmt_dur(delta) AS \"b - a\", \
-             round(100 * (ratio - 1), 1) AS change_pct, test, round(p_value, 4) AS p_value, status \
-             FROM {} WHERE rank IS NULL AND count_a + count_b > 0",
+             round(100 * (ratio - 1), 1) AS change_pct, test, round(p_value, 4) AS p_value, status, \
+             coalesce(note, '') AS note FROM {} WHERE rank IS NULL AND count_a + count_b > 0",
             call("summary")
         );
         if level != Level::Summary {
@@ -111,8 +111,9 @@ pub async fn diff(
     };
     if format == OutputFormat::Table {
         println!(
-            "a = {a}, b = {b}; per step when both sides have steps, else per run; \
-             changes under {threshold} % or not significant (Mann-Whitney, p < {}) are unchanged\n",
+            "a = {a}, b = {b}; per step when both sides have steps; without steps, kernels per \
+             instance and the summary per second of window; \
+             changes under {threshold} % or not significant (p < {}) are unchanged\n",
             compare::ALPHA
         );
     }
@@ -216,6 +217,7 @@ pub async fn check(
     candidate: &str,
     max_regression: f64,
     metrics: &[String],
+    fail_untested: bool,
     format: OutputFormat,
 ) -> anyhow::Result<ExitCode> {
     for m in metrics {
@@ -242,8 +244,11 @@ pub async fn check(
         .iter()
         .filter(|r| r.rank.is_none() && metrics.contains(&r.name))
         .collect();
-    let regressed = |r: &Row| r.status.starts_with("slower");
+    // An untested change fails only when asked to: without a test, noise cannot be excluded.
+    let regressed =
+        |r: &Row| r.status == "slower" || (fail_untested && r.status == "slower (untested)");
     let failures: Vec<&&Row> = gated.iter().filter(|r| regressed(r)).collect();
+    let untested: Vec<&&Row> = gated.iter().filter(|r| r.is_untested()).collect();
     // The kernels behind a regression: only looked up when there is one (the passing path of
     // a CI gate stays cheap).
     let kernels = if failures.is_empty() {
@@ -270,7 +275,7 @@ pub async fn check(
             serde_json::json!({
                 "name": r.name, "baseline": r.value_a, "candidate": r.value_b, "delta": r.delta(),
                 "change_pct": r.ratio().map(|x| 100.0 * (x - 1.0)), "p_value": r.p_value,
-                "test": r.test, "status": r.status, "regression": regressed(r),
+                "test": r.test, "status": r.status, "regression": regressed(r), "note": r.note,
             })
         };
         let out = serde_json::json!({
@@ -278,7 +283,11 @@ pub async fn check(
             "baseline": {"selector": baseline, "runs": base_runs},
             "candidate": {"selector": candidate, "runs": cand_runs},
             "max_regression_pct": max_regression,
+            "fail_untested": fail_untested,
             "metrics": gated.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
+            "untested": untested.iter().map(|r| serde_json::json!({
+                "name": r.name, "status": r.status, "why": r.note,
+            })).collect::<Vec<_>>(),
             "evidence": evidence.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
         });
         println!("{out}");
@@ -315,6 +324,17 @@ pub async fn check(
             ],
             &rows,
         )?;
+        if !untested.is_empty() {
+            let gate = if fail_untested {
+                "they fail the check (--fail-untested)"
+            } else {
+                "they do not fail the check (--fail-untested would)"
+            };
+            println!("\nmoved past the threshold but could not be tested; {gate}:");
+            for r in &untested {
+                println!("  {}: {}", r.name, r.note.as_deref().unwrap_or("no test"));
+            }
+        }
         if !evidence.is_empty() {
             println!("\nkernels that got slower or appeared (largest change first):");
             let rows: Vec<Vec<String>> = evidence

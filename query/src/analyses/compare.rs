@@ -7,21 +7,28 @@
 //! (step time, GPU busy / idle, kernel time and the breakdown, see [`profile`](super::profile)).
 //!
 //! **What is compared.** When every run on both sides has steps, a key's *time per step*
-//! (mean over the steps; a step where the key did not run counts 0), else its *total*.
+//! (mean over the steps; a step where the key did not run counts 0). Without steps, a key's
+//! *mean time per instance*: how many instances fell into a capture window says how long the
+//! window was, not how fast the work ran (`per_sec_a/b` give the rate per second of window).
+//! Summary metrics without steps are per second of window (see [`apply_kernel_evidence`]).
 //! `delta` = b − a of that value in ns, `ratio` = b / a. With several runs on a side, each
 //! number is the median over that side's runs and the samples are pooled.
 //!
-//! **Significance.** A change is `slower` / `faster` only when `|ratio − 1|` exceeds the
-//! threshold (default 2 %) *and* it is significant:
-//! - `test = 'per-step'`: a two-sided Mann–Whitney U test on the per-step times of both
-//!   sides gives `p_value` < 0.01 (exact for up to 30 steps a side without ties, so at least
-//!   5 steps a side are needed to reach it);
-//! - `test = 'per-instance'` (no steps): the Mann–Whitney test on the instance durations
-//!   gives `p_value` < 0.01;
-//! - `test = 'count'` (no steps): the instance counts differ; counts are not noisy, so the
-//!   change is real (no p-value);
-//! - `test = 'none'`: fewer than two samples a side (a stage, a run-level metric without
-//!   steps): the status says `(untested)`.
+//! **Significance.** A change is `slower` / `faster` only when it exceeds the threshold
+//! (default 2 %) *and* it is significant at p < 0.01. The change judged is `typical_ratio`
+//! where the test has one (the mean of the per-step summaries below, or the median instance),
+//! so that an occasional 3× instance neither makes nor hides a change; else `ratio`.
+//! - `test = 'per-step'` (two steps or more a side): Student's t-test over the steps, each
+//!   step summarised by its instance count × the median of its instances' durations. Steps
+//!   are the independent units, so a step that was slow as a whole (every kernel in it) counts
+//!   once: one deviant step among n gives |t| = 1 whatever its size, never p < 0.01;
+//! - `test = 'per-instance'` (no steps, or one step on a side): Mann–Whitney on the instance
+//!   durations; with one step there is no between-step information, so a step slow as a whole
+//!   cannot be told from a regression of every kernel in it (the `note` says so);
+//! - `test = 'kernels'` (summary metrics): the kernels that changed significantly explain a
+//!   change of the metric beyond the threshold, see [`apply_kernel_evidence`];
+//! - `test = 'none'`: nothing to test (one value a side); the status says `(untested)` and the
+//!   `note` says why.
 //!
 //! Otherwise the status is `unchanged` (under the threshold) or `unchanged (noise)` (over it
 //! but not significant). A key only on one side is `added` / `removed`. Multi-rank runs get
@@ -35,8 +42,9 @@
 
 use super::profile::{load_profiles, Level, Profile, SUMMARY_METRICS};
 use super::selector::run_names;
-use super::stats::{mann_whitney, median, median_ints};
+use super::stats::{mann_whitney, mean, median, median_ints, t_test};
 use super::{FnArgs, LazyTable};
+use crate::functions::kernel_class::kernel_class;
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
@@ -54,6 +62,8 @@ pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
 /// Significance level of the tests.
 pub const ALPHA: f64 = 0.01;
 
+const NS_PER_S: f64 = 1e9;
+
 pub fn schema() -> SchemaRef {
     let f = |name, t, null| Field::new(name, t, null);
     Arc::new(Schema::new(vec![
@@ -67,11 +77,15 @@ pub fn schema() -> SchemaRef {
         f("avg_b", DataType::Float64, true),
         f("share_a", DataType::Float64, true),
         f("share_b", DataType::Float64, true),
+        f("per_sec_a", DataType::Float64, true),
+        f("per_sec_b", DataType::Float64, true),
         f("value_a", DataType::Float64, false),
         f("value_b", DataType::Float64, false),
         f("delta", DataType::Int64, false),
         f("ratio", DataType::Float64, true),
+        f("typical_ratio", DataType::Float64, true),
         f("p_value", DataType::Float64, true),
+        f("note", DataType::Utf8, true),
         f("test", DataType::Utf8, false),
         f("status", DataType::Utf8, false),
     ]))
@@ -88,12 +102,20 @@ pub struct Row {
     pub total_b: i64,
     pub share_a: Option<f64>,
     pub share_b: Option<f64>,
-    /// Time per step (per-step test) or total.
+    /// Runs without steps: the side's window in ns (summed over ranks, median over runs).
+    pub window_a: Option<i64>,
+    pub window_b: Option<i64>,
+    /// Time per step (with steps), mean time per instance (without), or a summary metric.
     pub value_a: f64,
     pub value_b: f64,
+    /// b / a of what the test compares, outliers aside: the mean per-step summary (per-step
+    /// test) or the median instance (per-instance test).
+    pub typical_ratio: Option<f64>,
     pub p_value: Option<f64>,
     pub test: &'static str,
     pub status: &'static str,
+    /// Why a change could not be tested, or what its test could not see.
+    pub note: Option<String>,
 }
 
 impl Row {
@@ -104,6 +126,31 @@ impl Row {
     pub fn ratio(&self) -> Option<f64> {
         (self.value_a > 0.0).then(|| self.value_b / self.value_a)
     }
+
+    /// Instances per second of side a's window (runs without steps).
+    pub fn per_sec_a(&self) -> Option<f64> {
+        per_sec(self.count_a, self.window_a)
+    }
+
+    pub fn per_sec_b(&self) -> Option<f64> {
+        per_sec(self.count_b, self.window_b)
+    }
+
+    /// A significant change (not `unchanged`, not untested, not added / removed).
+    pub fn is_significant(&self) -> bool {
+        matches!(self.status, "slower" | "faster")
+    }
+
+    /// Past the threshold, but nothing could test it.
+    pub fn is_untested(&self) -> bool {
+        self.status.ends_with("(untested)")
+    }
+}
+
+fn per_sec(count: i64, window: Option<i64>) -> Option<f64> {
+    window
+        .filter(|w| *w > 0)
+        .map(|w| count as f64 * NS_PER_S / w as f64)
 }
 
 /// One side's numbers for one key and rank selection.
@@ -111,29 +158,40 @@ struct SideStats {
     count: i64,
     total: i64,
     value: f64,
-    samples: Vec<i64>,
+    window: Option<i64>,
+    /// Per step (pooled over runs): instance count × median instance duration, or the step's
+    /// value where instances are not kept (summary metrics).
+    step_values: Vec<f64>,
+    instances: Vec<i64>,
 }
 
 fn median_i64(v: Vec<i64>) -> i64 {
     median_ints(v).map_or(0, |m| m.round() as i64)
 }
 
+/// A step's time robust to the occasional 3× instance: a kernel whose every instance got
+/// slower moves it by the same factor, a single outlier does not.
+fn robust_step_time(instances: &[i64]) -> f64 {
+    instances.len() as f64 * median_ints(instances.to_vec()).unwrap_or(0.0)
+}
+
 fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: bool) -> SideStats {
     let mut counts = Vec::new();
     let mut totals = Vec::new();
     let mut values = Vec::new();
-    let mut samples = Vec::new();
+    let mut windows = Vec::new();
+    let mut step_values = Vec::new();
+    let mut instances = Vec::new();
+    let of_rank = |r: Option<i32>| rank.is_none_or(|want| want == r);
     for p in side {
         let measures = p.keys.get(key);
-        let of_rank = |r: Option<i32>| rank.is_none_or(|want| want == r);
         let (mut count, mut total) = (0, 0);
         for (r, m) in measures.into_iter().flatten() {
             if of_rank(*r) {
                 count += m.count;
                 total += m.total;
-                if !per_step {
-                    samples.extend_from_slice(&m.instances);
-                }
+                instances.extend_from_slice(&m.instances);
+                instances.extend(m.step_instances.values().flatten());
             }
         }
         counts.push(count);
@@ -142,38 +200,45 @@ fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: 
             let steps: Vec<_> = p.steps_of(rank).collect();
             let mut sum = 0;
             for (r, step) in &steps {
-                let v = measures
-                    .and_then(|m| m.get(r))
-                    .and_then(|m| m.per_step.get(step))
-                    .copied()
-                    .unwrap_or(0);
+                let m = measures.and_then(|m| m.get(r));
+                let v = m.and_then(|m| m.per_step.get(step)).copied().unwrap_or(0);
                 sum += v;
-                samples.push(v);
+                step_values.push(match m.and_then(|m| m.step_instances.get(step)) {
+                    Some(xs) => robust_step_time(xs),
+                    None => v as f64,
+                });
             }
             values.push(sum as f64 / steps.len().max(1) as f64);
         } else {
-            values.push(total as f64);
+            if count > 0 {
+                values.push(total as f64 / count as f64);
+            }
+            let window: i64 = p
+                .windows
+                .iter()
+                .filter(|(r, _)| of_rank(**r))
+                .map(|w| w.1)
+                .sum();
+            if window > 0 {
+                windows.push(window);
+            }
         }
     }
     SideStats {
         count: median_i64(counts),
         total: median_i64(totals),
         value: median(&values).unwrap_or(0.0),
-        samples,
+        window: (!windows.is_empty()).then(|| median_i64(windows)),
+        step_values,
+        instances,
     }
 }
 
 /// Compares sides `a` and `b` (profiles at one level); rows for all ranks, then per rank.
 pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, summary: bool) -> Vec<Row> {
     let keys: BTreeSet<&String> = a.iter().chain(b).flat_map(|p| p.keys.keys()).collect();
-    let ranks: BTreeSet<Option<i32>> = a.iter().chain(b).flat_map(Profile::ranks).collect();
-    let per_rank = ranks.iter().flatten().count() > 1;
-    let mut selections = vec![None];
-    if per_rank {
-        selections.extend(ranks.iter().map(|r| Some(*r)));
-    }
     let mut out = Vec::new();
-    for rank in selections {
+    for rank in rank_selections(a, b) {
         let per_step = a.iter().chain(b).all(|p| p.steps_of(rank).next().is_some());
         let mut rows: Vec<Row> = keys
             .iter()
@@ -205,9 +270,24 @@ pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, summary: bool) 
     out
 }
 
+/// All ranks together (`None`), then each rank when there are several.
+fn rank_selections(a: &[Profile], b: &[Profile]) -> Vec<Option<Option<i32>>> {
+    let ranks: BTreeSet<Option<i32>> = a.iter().chain(b).flat_map(Profile::ranks).collect();
+    let mut selections = vec![None];
+    if ranks.iter().flatten().count() > 1 {
+        selections.extend(ranks.iter().map(|r| Some(*r)));
+    }
+    selections
+}
+
 fn share(part: i64, whole: i64) -> Option<f64> {
     (whole > 0).then(|| (1000.0 * part as f64 / whole as f64).round() / 10.0)
 }
+
+const ONE_STEP: &str = "one step on a side: instances tested within it, so a step slow as a \
+                        whole cannot be told from a regression";
+const ONE_SAMPLE: &str = "one value a side (one step, one window or one stage): noise cannot \
+                          be judged";
 
 fn judge(
     rank: Option<i32>,
@@ -226,54 +306,187 @@ fn judge(
         total_b: b.total,
         share_a: None,
         share_b: None,
+        window_a: a.window,
+        window_b: b.window,
         value_a: a.value,
         value_b: b.value,
+        typical_ratio: None,
         p_value: None,
-        test: if per_step { "per-step" } else { "per-instance" },
+        test: "none",
         status: "unchanged",
+        note: None,
     };
     if a.count == 0 {
         row.status = "added";
-        row.test = "none";
         return row;
     }
     if b.count == 0 {
         row.status = "removed";
-        row.test = "none";
         return row;
     }
-    // Instance counts are not noisy: a different count is a real change.
-    if !per_step && a.count != b.count {
-        row.test = "count";
-    } else if a.samples.len() < 2 || b.samples.len() < 2 {
-        row.test = "none";
+    let ratio_of = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if x > 0.0 => Some(y / x),
+        _ => None,
+    };
+    if per_step && a.step_values.len() >= 2 && b.step_values.len() >= 2 {
+        row.test = "per-step";
+        row.p_value = t_test(&a.step_values, &b.step_values);
+        row.typical_ratio = ratio_of(mean(&a.step_values), mean(&b.step_values));
+    } else if a.instances.len() >= 2 && b.instances.len() >= 2 {
+        row.test = "per-instance";
+        row.p_value = mann_whitney(&a.instances, &b.instances);
+        let typical = |v: &[i64]| median_ints(v.to_vec());
+        row.typical_ratio = ratio_of(typical(&a.instances), typical(&b.instances));
+        if per_step {
+            row.note = Some(ONE_STEP.into());
+        }
     } else {
-        row.p_value = mann_whitney(&a.samples, &b.samples);
+        row.note = Some(ONE_SAMPLE.into());
     }
-    let change = match row.ratio() {
+    set_status(&mut row, threshold_pct, |r| {
+        r.p_value.is_some_and(|p| p < ALPHA)
+    });
+    row
+}
+
+/// The status from the change against the threshold and whether it is significant.
+fn set_status(row: &mut Row, threshold_pct: f64, significant: impl Fn(&Row) -> bool) {
+    let change = match row.typical_ratio.or(row.ratio()) {
         Some(r) => r - 1.0,
         None if row.value_b > 0.0 => f64::INFINITY,
         None => 0.0,
     };
-    if change.abs() * 100.0 <= threshold_pct {
-        return row;
-    }
     let slower = change > 0.0;
-    row.status = match (row.test, slower) {
-        ("none", true) => "slower (untested)",
-        ("none", false) => "faster (untested)",
-        ("count", true) => "slower",
-        ("count", false) => "faster",
-        _ if row.p_value.is_some_and(|p| p < ALPHA) => {
-            if slower {
-                "slower"
-            } else {
-                "faster"
-            }
+    row.status = if change.abs() * 100.0 <= threshold_pct {
+        "unchanged"
+    } else if row.test == "none" {
+        if slower {
+            "slower (untested)"
+        } else {
+            "faster (untested)"
         }
-        _ => "unchanged (noise)",
+    } else if significant(row) {
+        if slower {
+            "slower"
+        } else {
+            "faster"
+        }
+    } else {
+        "unchanged (noise)"
     };
-    row
+}
+
+/// The kernels a summary metric is made of; `None` for metrics kernels do not explain.
+fn kernels_of(metric: &str) -> Option<fn(&str) -> bool> {
+    match metric {
+        "step_time" | "gpu_busy" | "kernel_time" => Some(|_| true),
+        "compute" => Some(|k| kernel_class(k) != "communication"),
+        "communication" => Some(|k| kernel_class(k) == "communication"),
+        _ => None,
+    }
+}
+
+/// Summary metrics have one value per step (per window without steps): too few to test with
+/// one step a side, and nothing to judge a window by. Their evidence is then the kernels
+/// (`kernels`, compared at the kernel level over the same runs):
+///
+/// - **with steps**, a metric made of kernels (`step_time`, `gpu_busy`, `kernel_time`: every
+///   kernel; `compute`, `communication`: their class) is `slower` / `faster` when it moved past
+///   the threshold and the kernels that changed *significantly* (by their own tests) add up,
+///   per step, to a change past the threshold of the metric, in the same direction. Either
+///   this or the metric's own per-step test suffices.
+/// - **without steps**, `kernel_time`, `compute` and `communication` are per second of side
+///   a's window: Σ over a's kernels of a's instance rate × the mean instance duration of each
+///   side. A different window length, or more instances falling into it, changes nothing;
+///   only per-instance durations do. Significant when the kernels that changed significantly
+///   explain more than the threshold. The other metrics are rates per second of each side's
+///   window and stay untested: the work that fell into a window is not a speed.
+pub fn apply_kernel_evidence(summary: &mut [Row], kernels: &[Row], threshold_pct: f64) {
+    for row in summary.iter_mut() {
+        let flat = row.window_a.is_some() || row.window_b.is_some();
+        let in_metric = kernels_of(&row.name);
+        let mine: Vec<&Row> = kernels
+            .iter()
+            .filter(|k| k.rank == row.rank && in_metric.is_some_and(|f| f(&k.name)))
+            .collect();
+        let additive = !matches!(row.name.as_str(), "step_time" | "gpu_busy");
+        match (flat, in_metric) {
+            (true, Some(_)) if additive => {
+                let Some(wa) = row.window_a.filter(|w| *w > 0) else {
+                    continue;
+                };
+                let rate_a = |k: &Row| k.count_a as f64 * NS_PER_S / wa as f64;
+                let at_b = |k: &Row| if k.count_b > 0 { k.value_b } else { k.value_a };
+                let of_a: Vec<&Row> = mine.into_iter().filter(|k| k.count_a > 0).collect();
+                row.value_a = of_a.iter().map(|k| rate_a(k) * k.value_a).sum();
+                row.value_b = of_a.iter().map(|k| rate_a(k) * at_b(k)).sum();
+                let explained: f64 = of_a
+                    .iter()
+                    .filter(|k| k.is_significant())
+                    .map(|k| rate_a(k) * (k.value_b - k.value_a))
+                    .sum();
+                row.test = "kernels";
+                row.p_value = None;
+                row.typical_ratio = None;
+                row.note = Some(
+                    "per second of a's window at each side's mean instance durations: counts \
+                     and window lengths drop out"
+                        .into(),
+                );
+                let value_a = row.value_a;
+                set_status(row, threshold_pct, |_| {
+                    explains(explained, value_a, threshold_pct)
+                });
+            }
+            (true, _) => {
+                let rate = |v: i64, w: Option<i64>| {
+                    w.filter(|w| *w > 0)
+                        .map_or(0.0, |w| v as f64 * NS_PER_S / w as f64)
+                };
+                row.value_a = rate(row.total_a, row.window_a);
+                row.value_b = rate(row.total_b, row.window_b);
+                row.test = "none";
+                row.p_value = None;
+                row.typical_ratio = None;
+                row.note = Some(
+                    "no steps: a rate per second of each side's window, which says how much \
+                     work fell into the window, not how fast it ran"
+                        .into(),
+                );
+                set_status(row, threshold_pct, |_| false);
+            }
+            (false, Some(_)) if needs_kernels(row) && row.count_a > 0 && row.count_b > 0 => {
+                let explained: f64 = mine
+                    .iter()
+                    .filter(|k| k.is_significant())
+                    .map(|k| k.value_b - k.value_a)
+                    .sum();
+                let own = row.test == "per-step" && row.p_value.is_some_and(|p| p < ALPHA);
+                let by_kernels = explains(explained, row.value_a, threshold_pct)
+                    && (explained > 0.0) == (row.value_b > row.value_a);
+                if !own {
+                    row.test = "kernels";
+                    row.note = Some(format!(
+                        "the kernels that changed significantly explain {:+.1} % of it",
+                        100.0 * explained / row.value_a.max(1.0)
+                    ));
+                }
+                set_status(row, threshold_pct, |_| own || by_kernels);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether [`apply_kernel_evidence`] needs the kernels to judge `row`.
+fn needs_kernels(row: &Row) -> bool {
+    let flat = row.window_a.is_some() || row.window_b.is_some();
+    let own = row.test == "per-step" && row.is_significant();
+    kernels_of(&row.name).is_some() && (flat || (row.status != "unchanged" && !own))
+}
+
+fn explains(explained: f64, value_a: f64, threshold_pct: f64) -> bool {
+    value_a > 0.0 && (explained / value_a).abs() * 100.0 > threshold_pct
 }
 
 /// Resolves both selectors and compares their runs.
@@ -302,7 +515,20 @@ pub async fn compare_runs(
 ) -> Result<Vec<Row>> {
     let pa = load_profiles(ctx, runs_a, level, only).await?;
     let pb = load_profiles(ctx, runs_b, level, only).await?;
-    Ok(compare(&pa, &pb, threshold_pct, level == Level::Summary))
+    let mut rows = compare(&pa, &pb, threshold_pct, level == Level::Summary);
+    if level == Level::Summary {
+        // The kernels are loaded only when a metric needs their evidence: a gate over hundreds
+        // of runs with many steps and nothing moved stays cheap.
+        let kernels = if rows.iter().any(needs_kernels) {
+            let ka = load_profiles(ctx, runs_a, Level::Kernel, &[]).await?;
+            let kb = load_profiles(ctx, runs_b, Level::Kernel, &[]).await?;
+            compare(&ka, &kb, threshold_pct, false)
+        } else {
+            Vec::new()
+        };
+        apply_kernel_evidence(&mut rows, &kernels, threshold_pct);
+    }
+    Ok(rows)
 }
 
 pub fn to_batch(rows: &[Row]) -> Result<Vec<RecordBatch>> {
@@ -322,6 +548,8 @@ pub fn to_batch(rows: &[Row]) -> Result<Vec<RecordBatch>> {
         )),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.share_a))),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.share_b))),
+        Arc::new(Float64Array::from_iter(rows.iter().map(Row::per_sec_a))),
+        Arc::new(Float64Array::from_iter(rows.iter().map(Row::per_sec_b))),
         Arc::new(Float64Array::from_iter_values(
             rows.iter().map(|r| r.value_a),
         )),
@@ -330,7 +558,9 @@ pub fn to_batch(rows: &[Row]) -> Result<Vec<RecordBatch>> {
         )),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(Row::delta))),
         Arc::new(Float64Array::from_iter(rows.iter().map(Row::ratio))),
+        Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.typical_ratio))),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.p_value))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.note.as_deref()))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.test))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.status))),
     ];

@@ -1,5 +1,7 @@
 //! Run comparison, trends and repeatability on generated runs with injected, known changes.
 
+use super::compare::{apply_kernel_evidence, compare, Row, DEFAULT_THRESHOLD_PCT};
+use super::gate_sim::{sim_run, Change, SimConfig};
 use super::profile::{Measure, Profile};
 use super::trend::{change_points, Point};
 use crate::open_session;
@@ -243,81 +245,204 @@ async fn added_and_removed_kernels_and_runs_without_steps() {
         .all(|r| r["status"] == "added"));
 }
 
-fn measure(total: i64, per_step: &[i64]) -> Measure {
-    Measure {
-        count: per_step.len() as i64,
-        total,
-        per_step: per_step
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (i as i64, *v))
-            .collect(),
-        instances: Vec::new(),
-    }
+/// A pair of generated runs (independent noise draws) and the statuses `compare` gives them,
+/// by kernel name.
+fn statuses(cfg: &SimConfig, pair: u64, change_b: &Change) -> BTreeMap<String, Row> {
+    let a = sim_run(cfg, 2 * pair + 1, &Change::default());
+    let b = sim_run(cfg, 2 * pair + 2, change_b);
+    compare(&[a], &[b], DEFAULT_THRESHOLD_PCT, false)
+        .into_iter()
+        .map(|r| (r.name.clone(), r))
+        .collect()
 }
 
-fn profile(run: &str, per_step: &[i64]) -> Profile {
-    let mut p = Profile {
-        run: run.into(),
-        ..Default::default()
-    };
-    for i in 0..per_step.len() {
-        p.steps.insert((None, i as i64), 1000);
+fn slower(k: usize, factor: f64) -> Change {
+    Change {
+        kernels: vec![(k, factor)],
+        step: None,
     }
-    p.keys.insert(
-        "k".into(),
-        [(None, measure(per_step.iter().sum(), per_step))].into(),
-    );
-    p
 }
 
 #[test]
-fn significance_needs_enough_steps_and_instance_counts_are_exact() {
-    // 4 vs 4 steps, completely separated, 50 % slower: exact p = 2/70 > 0.01.
-    let a = profile("a", &[100, 101, 102, 103]);
-    let b = profile("b", &[150, 151, 152, 153]);
-    let r = super::compare::compare(&[a], &[b], 2.0, false);
-    assert_eq!(r[0].status, "unchanged (noise)");
-    assert!((r[0].p_value.unwrap() - 2.0 / 70.0).abs() < 1e-12);
-    // 5 vs 5: 2/252 < 0.01.
-    let a = profile("a", &[100, 101, 102, 103, 104]);
-    let b = profile("b", &[150, 151, 152, 153, 154]);
-    let r = super::compare::compare(&[a.clone()], &[b], 2.0, false);
-    assert_eq!(r[0].status, "slower");
-    assert_eq!(r[0].delta(), 50);
-    // Steps where a key is missing count as 0.
-    let mut c = a.clone();
-    c.keys
-        .get_mut("k")
-        .unwrap()
-        .get_mut(&None)
-        .unwrap()
-        .per_step
-        .remove(&4);
-    let r = super::compare::compare(&[a], &[c], 2.0, false);
-    assert!((r[0].value_b - (100.0 + 101.0 + 102.0 + 103.0) / 5.0).abs() < 1e-9);
-    // Without steps: a different instance count is a real change.
-    let flat = |n: usize| {
+fn a_shift_in_every_instance_is_slower_with_1_3_or_5_steps_or_none() {
+    // The case: 676 instances over 4 steps, every one 20 % slower (was `unchanged
+    // (noise)` at p = 0.029 when steps were the only samples).
+    let cfg = SimConfig {
+        instances: vec![169],
+        ..SimConfig::typical(8, 4)
+    };
+    let r = &statuses(&cfg, 0, &slower(3, 1.2))[&SimConfig::name(3)];
+    assert_eq!((r.status, r.test), ("slower", "per-step"), "{r:?}");
+    assert!(r.p_value.unwrap() < 1e-4, "{r:?}");
+    // +10 % with ±5 % noise, one step to five, and without steps.
+    for steps in [0, 1, 3, 5] {
+        let cfg = SimConfig {
+            instances: vec![32],
+            ..SimConfig::typical(8, steps)
+        };
+        for pair in 0..3 {
+            let rows = statuses(&cfg, pair, &slower(2, 1.1));
+            let r = &rows[&SimConfig::name(2)];
+            assert_eq!(r.status, "slower", "{steps} steps: {r:?}");
+            let want = if steps >= 2 { "per-step" } else { "per-instance" };
+            assert_eq!(r.test, want);
+            let typical = r.typical_ratio.unwrap();
+            assert!((1.07..1.13).contains(&typical), "{r:?}");
+            // With one step the test cannot see a step slow as a whole: the row says so.
+            assert_eq!(r.note.is_some(), steps == 1, "{r:?}");
+            let others = rows.values().filter(|r| r.name != SimConfig::name(2));
+            assert!(others.clone().all(|r| !r.is_significant()), "{steps} steps");
+        }
+    }
+}
+
+#[test]
+fn noise_alone_and_one_slow_step_are_not_regressions() {
+    for steps in [0, 1, 3, 5] {
+        let cfg = SimConfig::typical(32, steps);
+        for pair in 0..3 {
+            let rows = statuses(&cfg, pair, &Change::default());
+            let flagged: Vec<_> = rows.values().filter(|r| r.is_significant()).collect();
+            assert!(flagged.is_empty(), "{steps} steps: {flagged:?}");
+        }
+    }
+    // Every kernel of one of b's 3 steps 25 % slower: each kernel's time per step is ~8 %
+    // higher, past the threshold, but one step among three is no evidence.
+    for steps in [3, 5] {
+        let cfg = SimConfig::typical(32, steps);
+        let slow_step = Change {
+            kernels: Vec::new(),
+            step: Some((1, 1.25)),
+        };
+        let rows = statuses(&cfg, 7, &slow_step);
+        let moved = rows.values().filter(|r| r.ratio().unwrap() > 1.05).count();
+        assert!(moved > 20, "{moved}");
+        let flagged: Vec<_> = rows.values().filter(|r| r.is_significant()).collect();
+        assert!(flagged.is_empty(), "{steps} steps: {flagged:?}");
+    }
+}
+
+#[test]
+fn runs_without_steps_compare_instances_not_what_fell_into_the_window() {
+    // Two fixed-length windows: flash_fwd 68 vs 60 instances at 4.00 vs 4.01 ms each.
+    let run = |n: usize, ms: f64, window: i64| {
         let mut p = Profile::default();
-        p.keys.insert(
-            "k".into(),
-            [(
-                None,
-                Measure {
-                    count: n as i64,
-                    total: 10 * n as i64,
-                    per_step: Default::default(),
-                    instances: vec![10; n],
-                },
-            )]
-            .into(),
-        );
+        let instances: Vec<i64> = (0..n)
+            .map(|i| (ms * 1e6) as i64 + (i as i64 % 7) * 1_000)
+            .collect();
+        let m = Measure {
+            count: n as i64,
+            total: instances.iter().sum(),
+            instances,
+            ..Default::default()
+        };
+        p.keys.insert("flash_fwd".into(), [(None, m)].into());
+        p.windows.insert(None, window);
         p
     };
-    let r = super::compare::compare(&[flat(10)], &[flat(12)], 2.0, false);
-    assert_eq!((r[0].status, r[0].test), ("slower", "count"));
-    let r = super::compare::compare(&[flat(1)], &[flat(1)], 2.0, false);
-    assert_eq!((r[0].status, r[0].test), ("unchanged", "none"));
+    let r = &compare(
+        &[run(68, 4.00, 300_000_000)],
+        &[run(60, 4.01, 300_000_000)],
+        DEFAULT_THRESHOLD_PCT,
+        false,
+    )[0];
+    assert_eq!(r.status, "unchanged", "{r:?}");
+    assert!((r.value_b / r.value_a - 4.01 / 4.00).abs() < 1e-3, "{r:?}");
+    let (ra, rb) = (r.per_sec_a().unwrap(), r.per_sec_b().unwrap());
+    assert!((ra - 68.0 / 0.3).abs() < 1e-6 && (rb - 60.0 / 0.3).abs() < 1e-6);
+    // The same instances, 10 % slower each, in a window of another length: slower.
+    let r = &compare(
+        &[run(68, 4.0, 300_000_000)],
+        &[run(60, 4.4, 250_000_000)],
+        DEFAULT_THRESHOLD_PCT,
+        false,
+    )[0];
+    assert_eq!((r.status, r.test), ("slower", "per-instance"), "{r:?}");
+}
+
+/// A summary row as `compare` makes it: `(count, total)` a side, windows without steps.
+fn summary_row(name: &str, a: (i64, i64), b: (i64, i64), windows: Option<(i64, i64)>) -> Row {
+    Row {
+        rank: None,
+        name: name.into(),
+        count_a: a.0,
+        count_b: b.0,
+        total_a: a.1,
+        total_b: b.1,
+        share_a: None,
+        share_b: None,
+        window_a: windows.map(|w| w.0),
+        window_b: windows.map(|w| w.1),
+        value_a: a.1 as f64,
+        value_b: b.1 as f64,
+        typical_ratio: None,
+        p_value: None,
+        test: "none",
+        status: "unchanged",
+        note: None,
+    }
+}
+
+#[test]
+fn summary_metrics_take_their_evidence_from_the_kernels() {
+    // Without steps, windows of 300 vs 250 ms: a kernel 10 % slower per instance at 30 % of
+    // the window; another one, unchanged, has more instances in b's window.
+    let w = Some((300_000_000, 250_000_000));
+    let kernel = |name: &str, a: (i64, f64), b: (i64, f64), status| Row {
+        value_a: a.1,
+        value_b: b.1,
+        status,
+        test: "per-instance",
+        ..summary_row(name, (a.0, 0), (b.0, 0), w)
+    };
+    let kernels = vec![
+        kernel("gemm", (30, 3e6), (25, 3.3e6), "slower"),
+        kernel("flash_fwd", (20, 4e6), (30, 4e6), "unchanged"),
+    ];
+    let mut summary = vec![
+        summary_row("kernel_time", (1, 170_000_000), (1, 202_500_000), w),
+        summary_row("gpu_busy", (1, 170_000_000), (1, 240_000_000), w),
+    ];
+    apply_kernel_evidence(&mut summary, &kernels, 3.0);
+    let kt = &summary[0];
+    // Per second of a's window: gemm 100/s × 3 ms + flash_fwd 66.7/s × 4 ms, then gemm at
+    // 3.3 ms: +30 ms/s (+5.3 %), whatever b's window and counts.
+    assert!((kt.value_a - (3e8 + 80e6 / 0.3)).abs() < 1.0, "{kt:?}");
+    assert!((kt.value_b - kt.value_a - 3e7).abs() < 1.0, "{kt:?}");
+    assert_eq!((kt.status, kt.test), ("slower", "kernels"), "{kt:?}");
+    // gpu_busy is a rate of each window, +69 %, but that is what fell into it: untested.
+    let busy = &summary[1];
+    assert_eq!((busy.status, busy.test), ("slower (untested)", "none"));
+    assert!(busy.is_untested() && busy.note.is_some());
+    // Without the slow kernel, the kernel time per second of a's window does not move.
+    let mut summary = vec![summary_row("kernel_time", (1, 1), (1, 2), w)];
+    apply_kernel_evidence(&mut summary, &kernels[1..], 3.0);
+    assert_eq!(summary[0].status, "unchanged", "{:?}", summary[0]);
+
+    // With one step a side: kernel time +6 % of which significant kernels explain +5 %.
+    let kernel = |name: &str, a: f64, b: f64, status| Row {
+        value_a: a,
+        value_b: b,
+        status,
+        test: "per-instance",
+        ..summary_row(name, (4, 0), (4, 0), None)
+    };
+    let kernels = vec![
+        kernel("gemm", 300.0, 350.0, "slower"),
+        kernel("other", 700.0, 710.0, "unchanged (noise)"),
+    ];
+    // (As `compare` leaves them: one value a side, so untested until the kernels speak.)
+    let one_step = |b: i64| Row {
+        status: "slower (untested)",
+        ..summary_row("kernel_time", (1, 1000), (1, b), None)
+    };
+    let mut summary = vec![one_step(1060)];
+    apply_kernel_evidence(&mut summary, &kernels, 3.0);
+    assert_eq!((summary[0].status, summary[0].test), ("slower", "kernels"));
+    // At a 6 % threshold the kernels' +5 % is not enough.
+    let mut summary = vec![one_step(1070)];
+    apply_kernel_evidence(&mut summary, &kernels, 6.0);
+    assert_eq!(summary[0].status, "unchanged (noise)", "{:?}", summary[0]);
 }
 
 #[test]

@@ -31,6 +31,7 @@ pub mod breakdown;
 pub mod compare;
 pub mod data;
 pub mod findings;
+pub mod gate_sim;
 pub mod gaps;
 pub(crate) mod intervals;
 pub mod launch;

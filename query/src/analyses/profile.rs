@@ -4,7 +4,9 @@
 //!
 //! A run *with steps* (`ProfilerStep#N` ranges in the `steps` view) is described per
 //! (rank, step): the GPU time each key took in the step (work is attributed to the step of its
-//! launch, as in the `step` column). A run *without steps* keeps each instance's duration.
+//! launch, as in the `step` column), and at the GPU-time levels each instance's duration in
+//! the step. A run *without steps* keeps each instance's duration and the length of each
+//! rank's window (first to last event), so that counts can be read as rates.
 //! Summary metrics (per step, or per rank over the whole run without steps):
 //!
 //! | metric | definition |
@@ -92,6 +94,8 @@ pub struct Measure {
     pub total: i64,
     /// Time per step of the rank (steps where the key did not appear are absent).
     pub per_step: HashMap<i64, i64>,
+    /// Each instance's time in each step (GPU-time levels of runs with steps).
+    pub step_instances: HashMap<i64, Vec<i64>>,
     /// Each instance's time, for runs without steps.
     pub instances: Vec<i64>,
 }
@@ -104,6 +108,8 @@ pub struct Profile {
     pub steps: BTreeMap<StepKey, i64>,
     /// key -> rank -> measure.
     pub keys: BTreeMap<String, BTreeMap<Option<i32>, Measure>>,
+    /// Runs without steps: each rank's window (last event end − first event start), in ns.
+    pub windows: BTreeMap<Option<i32>, i64>,
 }
 
 impl Profile {
@@ -171,6 +177,14 @@ pub async fn load_profiles(
     }
     let (stepped, flat): (Vec<&String>, Vec<&String>) =
         runs.iter().partition(|r| !profiles[*r].steps.is_empty());
+    for run in &flat {
+        let p = profiles.get_mut(*run).expect("profile of every run");
+        p.windows = walls(ctx, run)
+            .await?
+            .into_iter()
+            .map(|(rank, (lo, hi))| (rank, hi - lo))
+            .collect();
+    }
     match level {
         Level::Stage => {
             for run in runs {
@@ -196,27 +210,21 @@ pub async fn load_profiles(
                 let keys: Vec<String> = only.iter().map(|o| literal(o)).collect();
                 format!(" AND {key} IN ({})", keys.join(", "))
             };
-            // With steps: the time per (rank, step, key); without: every instance.
-            for (runs, per_instance) in [(&stepped, false), (&flat, true)] {
+            // Every instance: with steps its step too (the per-step tests need each step's
+            // instances, not only their sum).
+            for (runs, stepped) in [(&stepped, true), (&flat, false)] {
                 if runs.is_empty() {
                     continue;
                 }
                 let runs = in_list(runs.iter().copied());
-                let sql = if per_instance {
-                    format!(
-                        "SELECT run, rank, CAST(NULL AS BIGINT), {key}, 1, dur FROM {view} \
-                         WHERE run IN ({runs}){filter}"
-                    )
-                } else {
-                    format!(
-                        "SELECT run, rank, step, {key}, count(*), sum(dur) FROM {view} \
-                         WHERE run IN ({runs}){filter} GROUP BY 1, 2, 3, 4"
-                    )
-                };
+                let step = if stepped { "step" } else { "CAST(NULL AS BIGINT)" };
+                let sql = format!(
+                    "SELECT run, rank, {step}, {key}, dur FROM {view} WHERE run IN ({runs}){filter}"
+                );
                 for b in collect(ctx, &sql).await? {
                     let (run, rank, step, name) =
                         (strings(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, strings(&b, 3)?);
-                    let (count, total) = (ints(&b, 4)?, ints(&b, 5)?);
+                    let dur = ints(&b, 4)?;
                     for i in 0..b.num_rows() {
                         let (Some(run), Some(name)) = (&run[i], &name[i]) else {
                             continue;
@@ -225,13 +233,17 @@ pub async fn load_profiles(
                             continue;
                         };
                         let m = p.measure(name, rank[i].map(|r| r as i32));
-                        let (c, t) = (count[i].unwrap_or(0), total[i].unwrap_or(0));
-                        m.count += c;
-                        m.total += t;
-                        if per_instance {
-                            m.instances.push(t);
-                        } else if let Some(step) = step[i] {
-                            *m.per_step.entry(step).or_default() += t;
+                        let d = dur[i].unwrap_or(0);
+                        m.count += 1;
+                        m.total += d;
+                        match (stepped, step[i]) {
+                            (false, _) => m.instances.push(d),
+                            (true, Some(step)) => {
+                                *m.per_step.entry(step).or_default() += d;
+                                m.step_instances.entry(step).or_default().push(d);
+                            }
+                            // Launched outside every step: counted, in no step.
+                            (true, None) => {}
                         }
                     }
                 }
@@ -363,12 +375,8 @@ async fn summary(
         }
     }
     for run in flat {
-        let walls = if wants("gpu_idle") {
-            walls(ctx, run).await?
-        } else {
-            HashMap::new()
-        };
         let p = profiles.get_mut(*run).expect("profile of every run");
+        let windows = p.windows.clone();
         let mut ranks: Vec<(Option<i32>, Metrics)> = groups
             .iter()
             .filter(|((r, _, _), _)| r == *run)
@@ -376,8 +384,8 @@ async fn summary(
             .collect();
         ranks.sort_unstable();
         for (rank, m) in ranks {
-            if let Some((lo, hi)) = walls.get(&rank) {
-                record(p, rank, None, "gpu_idle", (hi - lo - m[0]).max(0));
+            if let Some(window) = windows.get(&rank) {
+                record(p, rank, None, "gpu_idle", (window - m[0]).max(0));
             }
             for (name, v) in derived(&m) {
                 record(p, rank, None, name, v);

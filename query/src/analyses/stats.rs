@@ -1,9 +1,12 @@
-//! The statistics behind run comparisons: the Mann–Whitney U test, medians, the coefficient of
-//! variation and Kendall's tau.
+//! The statistics behind run comparisons: Student's t-test over steps, the Mann–Whitney U test,
+//! medians, the coefficient of variation and Kendall's tau.
 //!
-//! Mann–Whitney (Wilcoxon rank-sum) is used because per-step and per-instance durations are
-//! skewed and heavy-tailed (an occasional slow step), so a test on means would be dominated by
-//! outliers; it needs no distributional assumption, only independent samples.
+//! Mann–Whitney (Wilcoxon rank-sum) is used on per-instance durations because they are skewed
+//! and heavy-tailed (an occasional 3× instance), so a test on means would be dominated by
+//! outliers; it needs no distributional assumption, only independent samples. Student's t-test
+//! is used on per-step values: steps are the independent units (a slow step slows every kernel
+//! in it), there are only a few of them, and each is the sum of many instances, hence close to
+//! normal; a rank test on 3 vs 3 values can never reach p < 0.01.
 
 /// Samples up to this size on both sides without ties get the exact distribution of U.
 const EXACT_MAX: usize = 30;
@@ -95,6 +98,111 @@ fn normal_upper_tail(z: f64) -> f64 {
             + t * (-0.284_496_736
                 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     0.5 * poly * (-x * x).exp()
+}
+
+/// Two-sided p-value of Student's two-sample t-test (pooled variance, `m + n − 2` degrees of
+/// freedom) that `a` and `b` have the same mean. `None` under two values a side. When neither
+/// side varies at all, the p-value is 1 for equal means and 0 otherwise (a difference without
+/// any noise is certain).
+///
+/// Pooled rather than Welch: with 3 steps a side, Welch's degrees of freedom are estimated from
+/// the same 6 values and fall to 2 at random, which costs most of the power; pooling is robust
+/// to unequal variances when the sides have similar sizes, and the false-alarm rate is measured
+/// (`benches/gate_calibration.rs`), one deviant step included.
+pub fn t_test(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let (ma, mb) = (a.iter().sum::<f64>() / na, b.iter().sum::<f64>() / nb);
+    let squares = |v: &[f64], m: f64| v.iter().map(|x| (x - m) * (x - m)).sum::<f64>();
+    let df = na + nb - 2.0;
+    let pooled = (squares(a, ma) + squares(b, mb)) / df;
+    let se = (pooled * (1.0 / na + 1.0 / nb)).sqrt();
+    if se <= 0.0 || !se.is_finite() {
+        return Some(if ma == mb { 1.0 } else { 0.0 });
+    }
+    Some(student_t_two_sided((mb - ma) / se, df))
+}
+
+/// P(|T| >= |t|) for Student's t with `df` degrees of freedom: I_{df/(df+t²)}(df/2, 1/2).
+pub fn student_t_two_sided(t: f64, df: f64) -> f64 {
+    if !t.is_finite() {
+        return 0.0;
+    }
+    regularized_beta(df / (df + t * t), df / 2.0, 0.5).clamp(0.0, 1.0)
+}
+
+/// The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
+/// Lentz; Numerical Recipes §6.4), accurate to ~1e-12 for the small a, b used here.
+fn regularized_beta(x: f64, a: f64, b: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    // The fraction converges fast for x < (a + 1) / (a + b + 2); use the symmetry otherwise.
+    if x < (a + 1.0) / (a + b + 2.0) {
+        ln_front.exp() * beta_fraction(x, a, b) / a
+    } else {
+        1.0 - ln_front.exp() * beta_fraction(1.0 - x, b, a) / b
+    }
+}
+
+fn beta_fraction(x: f64, a: f64, b: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let mut c = 1.0;
+    let mut d = 1.0 - (a + b) * x / (a + 1.0);
+    d = 1.0 / if d.abs() < TINY { TINY } else { d };
+    let mut h = d;
+    for m in 1..300 {
+        let m = m as f64;
+        for num in [
+            m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0)),
+        ] {
+            d = 1.0 + num * d;
+            d = 1.0 / if d.abs() < TINY { TINY } else { d };
+            c = 1.0 + num / c;
+            if c.abs() < TINY {
+                c = TINY;
+            }
+            h *= d * c;
+        }
+        if (d * c - 1.0).abs() < 1e-14 {
+            break;
+        }
+    }
+    h
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms; relative error < 1e-13).
+fn ln_gamma(x: f64) -> f64 {
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x) Γ(1 - x) = π / sin(πx).
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + 7.5;
+    let sum = C[1..]
+        .iter()
+        .enumerate()
+        .fold(C[0], |s, (i, c)| s + c / (x + i as f64 + 1.0));
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
 }
 
 /// Median of `v` (mean of the two middle values for an even count).
@@ -191,6 +299,36 @@ mod tests {
         assert_eq!(mann_whitney(&[], &[1]), None);
         // z = 1.96 -> two-sided 0.05
         assert!((2.0 * normal_upper_tail(1.959_964) - 0.05).abs() < 1e-6);
+    }
+
+    #[test]
+    fn student_t_matches_closed_forms_and_tables() {
+        // df = 1 (Cauchy): p = 1 - 2 atan(t) / π; df = 2: p = 1 - t / sqrt(2 + t²).
+        for t in [0.3, 1.0, 2.5, 12.706] {
+            let cauchy = 1.0 - 2.0 * f64::atan(t) / std::f64::consts::PI;
+            assert!((student_t_two_sided(t, 1.0) - cauchy).abs() < 1e-10, "{t}");
+            let df2 = 1.0 - t / (2.0 + t * t).sqrt();
+            assert!((student_t_two_sided(t, 2.0) - df2).abs() < 1e-10, "{t}");
+        }
+        // Table values: t(0.995; 4) = 4.604, t(0.975; 10) = 2.228, t(0.995; 30) = 2.750.
+        assert!((student_t_two_sided(4.604_094, 4.0) - 0.01).abs() < 1e-6);
+        assert!((student_t_two_sided(-2.228_139, 10.0) - 0.05).abs() < 1e-6);
+        assert!((student_t_two_sided(2.749_996, 30.0) - 0.01).abs() < 1e-6);
+        assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-12);
+        assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
+        // [1, 2, 3] vs [4, 5, 6]: pooled variance 1, t = 3 / sqrt(2/3), 4 degrees of freedom.
+        let p = t_test(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]).unwrap();
+        let t: f64 = 3.0 / (2.0f64 / 3.0).sqrt();
+        assert!((p - student_t_two_sided(t, 4.0)).abs() < 1e-12, "{p}");
+        // One value far off on one side of n gives |t| = 1 whatever its size: one slow step
+        // alone is never significant.
+        for off in [500.0, 5e6] {
+            let p = t_test(&[100.0, 100.0, 100.0], &[100.0, 100.0, off]).unwrap();
+            assert!((p - student_t_two_sided(1.0, 4.0)).abs() < 1e-12, "{p}");
+        }
+        assert_eq!(t_test(&[1.0], &[2.0, 3.0]), None);
+        assert_eq!(t_test(&[7.0, 7.0], &[7.0, 7.0]), Some(1.0));
+        assert_eq!(t_test(&[7.0, 7.0], &[8.0, 8.0]), Some(0.0));
     }
 
     #[test]

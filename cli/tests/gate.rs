@@ -1,0 +1,147 @@
+//! The regression gate end to end: `gpuq generate` traces with a known answer, ingested by the
+//! real binary, judged by `gpuq diff` and `gpuq check`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn gpuq(store: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The kernel the tests slow down (the forward FC1 GEMM, one per layer and step).
+const SLOWED: &str = "gemm_relu";
+
+/// Generates a small steady trace with ±5 % independent per-instance noise (`repeat` picks the
+/// draws) and `steps` steps, `scale` percent on the slowed kernel; `steps = None` renames the
+/// `ProfilerStep` ranges of a 3-step trace so that the run has no steps. Ingests it as `run`.
+fn ingest(dir: &Path, store: &Path, run: &str, steps: Option<u32>, repeat: u64, scale: u32) {
+    let path = dir.join(format!("{run}.json"));
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "generate",
+            path.to_str().unwrap(),
+            "--steps",
+            &steps.unwrap_or(3).to_string(),
+            "--steady",
+            "--jitter",
+            "5",
+            "--repeat",
+            &repeat.to_string(),
+            "--scale-kernel",
+            &format!("{SLOWED}={scale}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    if steps.is_none() {
+        let json = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, json.replace("ProfilerStep#", "train_iteration#")).unwrap();
+    }
+    let o = gpuq(store, &["ingest", "-q", path.to_str().unwrap(), "--run", run]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `diff a b` rows for all ranks: (name, test, status).
+fn diff_rows(store: &Path, a: &str, b: &str, level: &str) -> Vec<(String, String, String)> {
+    let args = ["diff", a, b, "--level", level, "--all", "--format", "ndjson"];
+    let o = gpuq(store, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["rank"].is_null())
+        .map(|r| {
+            let field = |f: &str| r[f].as_str().unwrap_or_default().to_string();
+            (field("name"), field("test"), field("status"))
+        })
+        .collect()
+}
+
+#[test]
+fn check_catches_a_kernel_10_pct_slower_with_1_3_or_5_steps_or_none_and_passes_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    for steps in [Some(1), Some(3), Some(5), None] {
+        let label = steps.map_or("none".to_string(), |s| s.to_string());
+        let store = dir.path().join(format!("store-{label}"));
+        ingest(dir.path(), &store, "base", steps, 1, 100);
+        ingest(dir.path(), &store, "noisy", steps, 2, 100);
+        ingest(dir.path(), &store, "slow", steps, 3, 110);
+
+        let rows = diff_rows(&store, "base", "slow", "kernel");
+        let slowed: Vec<_> = rows.iter().filter(|r| r.0.contains(SLOWED)).collect();
+        assert!(!slowed.is_empty(), "{label}: {rows:?}");
+        for r in &slowed {
+            assert_eq!(r.2, "slower", "{label} steps: {r:?}");
+        }
+        let others: Vec<_> = rows
+            .iter()
+            .filter(|r| !r.0.contains(SLOWED) && (r.2 == "slower" || r.2 == "faster"))
+            .collect();
+        assert!(others.is_empty(), "{label} steps: {others:?}");
+        let noisy = diff_rows(&store, "base", "noisy", "kernel");
+        let flagged: Vec<_> = noisy
+            .iter()
+            .filter(|r| r.2 == "slower" || r.2 == "faster")
+            .collect();
+        assert!(flagged.is_empty(), "{label} steps: {flagged:?}");
+
+        // The slowed kernel moves kernel time by more than 1 %: the gate fails...
+        let gate = ["check", "--baseline", "base", "--max-regression", "1%"];
+        let o = gpuq(&store, &[&gate[..], &["--candidate", "slow"]].concat());
+        assert_eq!(o.status.code(), Some(1), "{label} steps: {}", text(&o));
+        assert!(text(&o).contains(SLOWED), "{}", text(&o));
+        // ...and passes the noisy copy.
+        let o = gpuq(&store, &[&gate[..], &["--candidate", "noisy"]].concat());
+        assert_eq!(o.status.code(), Some(0), "{label} steps: {}", text(&o));
+        assert!(text(&o).contains("PASS"), "{}", text(&o));
+    }
+}
+
+#[test]
+fn check_fails_on_untested_metrics_only_when_asked_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    // Without steps, a window holding a GEMM 30 % slower is longer: gpu_busy per second of
+    // window moves but cannot be tested; kernel_time at a's instance rates is tested.
+    ingest(dir.path(), &store, "a", None, 1, 100);
+    ingest(dir.path(), &store, "b", None, 1, 100);
+    let args = ["check", "--baseline", "a", "--candidate", "b", "--metrics", "gpu_idle"];
+    let o = gpuq(&store, &args);
+    // Same events, same durations: nothing moved, nothing to list.
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!text(&o).contains("could not be tested"), "{}", text(&o));
+
+    ingest(dir.path(), &store, "idle", None, 2, 100);
+    // gpu_idle of two windows: a rate per second of window, untested whatever it does.
+    let args = ["check", "--baseline", "a", "--candidate", "idle", "--metrics", "gpu_idle,kernel_time", "--max-regression", "0%", "--format", "json"];
+    let o = gpuq(&store, &args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let untested = v["untested"].as_array().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(v["pass"], true);
+    assert!(
+        untested.iter().any(|u| u["name"] == "gpu_idle" && u["why"].as_str().unwrap().contains("window")),
+        "{v}"
+    );
+    let o = gpuq(&store, &[&args[..], &["--fail-untested"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let idle_regressed = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "gpu_idle" && m["status"] == "slower (untested)");
+    assert_eq!(o.status.code(), Some(if idle_regressed { 1 } else { 0 }), "{v}");
+}
