@@ -19,6 +19,7 @@
 //! for +10 % with 3 steps a side (kernels of 8 instances a step or more).
 
 use gpuq_query::analyses::compare::{compare, DEFAULT_THRESHOLD_PCT};
+use gpuq_query::analyses::profile::Level;
 use gpuq_query::analyses::gate_sim::{sim_run, Change, SimConfig};
 use std::time::Instant;
 
@@ -31,7 +32,7 @@ fn false_alarms(cfg: &SimConfig, cfg_b: &SimConfig, pairs: usize, change_b: &Cha
     for i in 0..pairs as u64 {
         let a = sim_run(cfg, 2 * i + 1, &Change::default());
         let b = sim_run(cfg_b, 2 * i + 2, change_b);
-        alarms += compare(&[a], &[b], DEFAULT_THRESHOLD_PCT, false)
+        alarms += compare(&[a], &[b], DEFAULT_THRESHOLD_PCT, Level::Kernel)
             .iter()
             .filter(|r| r.is_significant())
             .count();
@@ -50,7 +51,7 @@ fn power(cfg: &SimConfig, pairs: usize, factor: f64) -> Vec<(usize, f64)> {
     for i in 0..pairs as u64 {
         let a = sim_run(cfg, 2 * i + 1, &Change::default());
         let b = sim_run(cfg, 2 * i + 2, &change);
-        for r in compare(&[a], &[b], DEFAULT_THRESHOLD_PCT, false) {
+        for r in compare(&[a], &[b], DEFAULT_THRESHOLD_PCT, Level::Kernel) {
             if let Some(k) = shifted.iter().position(|k| SimConfig::name(*k) == r.name) {
                 caught[k] += usize::from(r.status == "slower");
             }

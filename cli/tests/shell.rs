@@ -359,7 +359,7 @@ fn the_shell_knows_dot_commands_pset_expanded_display_and_table_functions() {
     assert!(out.contains("[{\"five\":5}]"), "{out}");
     // `.tables` lists tables, views and the table functions with their arguments.
     assert!(
-        out.contains("kernels") && out.contains("top_kernels(run [, n])"),
+        out.contains("kernels") && out.contains("top_kernels(run [, n] [, 'steps'])"),
         "{out}"
     );
     assert!(out.contains("TABLE FUNCTION"), "{out}");
@@ -370,7 +370,7 @@ fn the_shell_knows_dot_commands_pset_expanded_display_and_table_functions() {
     // `\help` lists them too.
     let help = &out[out.find("Meta-commands:").expect("help")..];
     assert!(
-        help.contains("Table functions") && help.contains("gpu_gaps(run [, min_gap_ns])"),
+        help.contains("Table functions") && help.contains("gpu_gaps(run [, min_gap_ns] [, 'steps'])"),
         "{help}"
     );
 

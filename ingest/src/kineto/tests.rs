@@ -565,7 +565,7 @@ fn reads_the_json_array_format_of_legacy_pytorch() {
     let b = resolved(t);
     let k = row_of(&b, "conv2d_kernel");
     assert_eq!(strings(&b, "kind")[k].as_deref(), Some("kernel"));
-    assert_eq!(ints(&b, "ts")[k], Some(1_623_142_623_600_125_000));
+    assert_eq!(ints(&b, "ts")[k], Some(1_623_142_623_600_125));
     assert_eq!(ints(&b, "dur")[k], Some(45_003));
     assert_eq!(ints(&b, "device")[k], Some(1));
     assert_eq!(ints(&b, "stream")[k], None);

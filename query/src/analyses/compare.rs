@@ -175,7 +175,13 @@ fn robust_step_time(instances: &[i64]) -> f64 {
     instances.len() as f64 * median_ints(instances.to_vec()).unwrap_or(0.0)
 }
 
-fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: bool) -> SideStats {
+fn side_stats(
+    side: &[Profile],
+    key: &str,
+    rank: Option<Option<i32>>,
+    per_step: bool,
+    alike: bool,
+) -> SideStats {
     let mut counts = Vec::new();
     let mut totals = Vec::new();
     let mut values = Vec::new();
@@ -204,8 +210,8 @@ fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: 
                 let v = m.and_then(|m| m.per_step.get(step)).copied().unwrap_or(0);
                 sum += v;
                 step_values.push(match m.and_then(|m| m.step_instances.get(step)) {
-                    Some(xs) => robust_step_time(xs),
-                    None => v as f64,
+                    Some(xs) if alike => robust_step_time(xs),
+                    _ => v as f64,
                 });
             }
             values.push(sum as f64 / steps.len().max(1) as f64);
@@ -234,8 +240,13 @@ fn side_stats(side: &[Profile], key: &str, rank: Option<Option<i32>>, per_step: 
     }
 }
 
-/// Compares sides `a` and `b` (profiles at one level); rows for all ranks, then per rank.
-pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, summary: bool) -> Vec<Row> {
+/// Compares sides `a` and `b` (profiles at `level`); rows for all ranks, then per rank.
+pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, level: Level) -> Vec<Row> {
+    let summary = level == Level::Summary;
+    // A kernel's instances are alike, so a step is summarised robustly (count × median); an
+    // op's or a class's mix different kernels, whose median does not move when one of them
+    // slows down: their steps are summarised by their sum.
+    let alike = level == Level::Kernel;
     let keys: BTreeSet<&String> = a.iter().chain(b).flat_map(|p| p.keys.keys()).collect();
     let mut out = Vec::new();
     for rank in rank_selections(a, b) {
@@ -243,13 +254,14 @@ pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, summary: bool) 
         let mut rows: Vec<Row> = keys
             .iter()
             .map(|key| {
-                let sa = side_stats(a, key, rank, per_step);
-                let sb = side_stats(b, key, rank, per_step);
+                let sa = side_stats(a, key, rank, per_step, alike);
+                let sb = side_stats(b, key, rank, per_step, alike);
                 judge(rank.flatten(), key, sa, sb, per_step, threshold_pct)
             })
             .filter(|r| r.count_a > 0 || r.count_b > 0)
             .collect();
         if !summary {
+            hold_family_error(&mut rows, threshold_pct);
             let (ta, tb) = (
                 rows.iter().map(|r| r.total_a).sum::<i64>(),
                 rows.iter().map(|r| r.total_b).sum::<i64>(),
@@ -347,6 +359,28 @@ fn judge(
         r.p_value.is_some_and(|p| p < ALPHA)
     });
     row
+}
+
+/// Holm's step-down correction over a comparison's per-instance rows. Without steps (or with
+/// one) nothing absorbs chance, and testing dozens of kernels at [`ALPHA`] each would call
+/// about [`ALPHA`] of them slower or faster on noise alone; a real shift over many instances
+/// gives a far smaller p-value than the correction asks. So the chance of any false `slower` /
+/// `faster` among them stays at [`ALPHA`]. `p_value` stays the test's own.
+fn hold_family_error(rows: &mut [Row], threshold_pct: f64) {
+    let mut tested: Vec<(f64, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.test == "per-instance")
+        .filter_map(|(i, r)| r.p_value.map(|p| (p, i)))
+        .collect();
+    tested.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let m = tested.len();
+    let mut rejecting = true;
+    for (k, &(p, i)) in tested.iter().enumerate() {
+        rejecting = rejecting && p < ALPHA / (m - k) as f64;
+        let significant = rejecting;
+        set_status(&mut rows[i], threshold_pct, |_| significant);
+    }
 }
 
 /// The status from the change against the threshold and whether it is significant.
@@ -515,14 +549,14 @@ pub async fn compare_runs(
 ) -> Result<Vec<Row>> {
     let pa = load_profiles(ctx, runs_a, level, only).await?;
     let pb = load_profiles(ctx, runs_b, level, only).await?;
-    let mut rows = compare(&pa, &pb, threshold_pct, level == Level::Summary);
+    let mut rows = compare(&pa, &pb, threshold_pct, level);
     if level == Level::Summary {
         // The kernels are loaded only when a metric needs their evidence: a gate over hundreds
         // of runs with many steps and nothing moved stays cheap.
         let kernels = if rows.iter().any(needs_kernels) {
             let ka = load_profiles(ctx, runs_a, Level::Kernel, &[]).await?;
             let kb = load_profiles(ctx, runs_b, Level::Kernel, &[]).await?;
-            compare(&ka, &kb, threshold_pct, false)
+            compare(&ka, &kb, threshold_pct, Level::Kernel)
         } else {
             Vec::new()
         };

@@ -3,7 +3,7 @@
 //!
 //! | function | rows | definition |
 //! |---|---|---|
-//! | `top_kernels(run [, n])` | per kernel name | [`top`] (Nsight Systems' `cuda_gpu_kern_sum`) |
+//! | `top_kernels(run [, n] [, steps])` | per kernel name | [`top`] (Nsight Systems' `cuda_gpu_kern_sum`) |
 //! | `gpu_gaps(run [, min_gap_ns])` | per idle interval of a device | [`gaps`] (nsys `gpu_gaps`, with causes) |
 //! | `stream_gaps(run [, min_gap_ns])` | per idle interval of a stream | [`gaps`] (HTA's idle time breakdown) |
 //! | `gpu_util(run [, chunks [, threshold_pct]])` | per time chunk of a device | [`util`] (nsys `gpu_time_util`) |

@@ -43,7 +43,7 @@ enum On {
 /// |---|---|---|---|
 /// | 1 | copy | full | `^\[CUDA mem(cpy\|set)`, `^Memcpy`, `^Memset` (memcpy/memset activity records) |
 /// | 2 | communication | full | `nccl`, `rccl`, `msccl`, `nvshmem`, `deep_?ep::` (DeepEP), `pplx`, `multimem_`, `one_shot_`, `two_shot_`, `symm_mem`, `symmetric_memory`, `all_?reduce`, `all_?gather`, `reduce_?scatter`, `all_?to_?all`, `all2all`, `cross_device_reduce`, `custom_?all_?reduce`, `quick_?reduce`, `lamport` (TensorRT-LLM all-reduce) |
-/// | 3 | attention | key | `flash_fwd`, `flash_bwd`, `flash_attn`, `flashattn`, `flash::`, `fmha`, `sdpa`, `attn_fwd`, `attn_bwd`, `mha_(fwd\|bwd)`, `compute_attn` (warp-specialised `compute_attn_ws`), `attention`, `paged_attention`, `sage_fwd`, `flashinfer`, `batch_?(prefill\|decode)` |
+/// | 3 | attention | key | `flash_fwd`, `flash_bwd`, `flash_attn`, `flashattn`, `flash::`, `fmha`, `sdpa`, `attn_fwd`, `attn_bwd`, `mha_(fwd\|bwd)`, `compute_attn` (warp-specialised `compute_attn_ws`), `attention`, `paged_attention`, `sage_fwd`, `flashinfer::` (its attention kernels; not its index builders such as `create_flashinfer_kv_indices_triton`), `batch_?(prefill\|decode)` |
 /// | 4 | softmax | key | `softmax` |
 /// | 5 | norm | key | `layer_?norm`, `rms_?norm`, `group_?norm`, `batch_?norm`, `instance_?norm`, `bn_(fw\|bw)`, `_norm_kernel`, `norm_fwd`, `norm_bwd`, `RowwiseMoments` |
 /// | 6 | elementwise | key | `^triton_poi` (Triton pointwise) |
@@ -74,7 +74,7 @@ static RULES: LazyLock<Vec<(&'static str, On, Regex)>> = LazyLock::new(|| {
         (
             "attention",
             On::Key,
-            r"flash_fwd|flash_bwd|flash_attn|flashattn|flash::|fmha|sdpa|attn_fwd|attn_bwd|mha_(fwd|bwd)|compute_attn|attention|sage_fwd|flashinfer|batch_?(prefill|decode)",
+            r"flash_fwd|flash_bwd|flash_attn|flashattn|flash::|fmha|sdpa|attn_fwd|attn_bwd|mha_(fwd|bwd)|compute_attn|attention|sage_fwd|flashinfer::|batch_?(prefill|decode)",
         ),
         ("softmax", On::Key, r"softmax"),
         (
