@@ -19,8 +19,8 @@
 //! for +10 % with 3 steps a side (kernels of 8 instances a step or more).
 
 use gpuq_query::analyses::compare::{compare, DEFAULT_THRESHOLD_PCT};
-use gpuq_query::analyses::profile::Level;
 use gpuq_query::analyses::gate_sim::{sim_run, Change, SimConfig};
+use gpuq_query::analyses::profile::Level;
 use std::time::Instant;
 
 const KERNELS: usize = 64;
@@ -89,7 +89,12 @@ fn main() {
         };
         // Only independent per-instance noise (no step factor), the typical 0.5 % step factor,
         // one step of b 20 % slower in every kernel, and 3 % step-to-step noise.
-        let independent = false_alarms(&with_sd(0.0, &cfg), &with_sd(0.0, &cfg_b), pairs, &Change::default());
+        let independent = false_alarms(
+            &with_sd(0.0, &cfg),
+            &with_sd(0.0, &cfg_b),
+            pairs,
+            &Change::default(),
+        );
         let null = false_alarms(&cfg, &cfg_b, pairs, &Change::default());
         let slow_step = (steps > 0).then(|| {
             let change = Change {
@@ -98,7 +103,12 @@ fn main() {
             };
             false_alarms(&cfg, &cfg_b, pairs, &change)
         });
-        let noisy = false_alarms(&with_sd(3.0, &cfg), &with_sd(3.0, &cfg_b), pairs, &Change::default());
+        let noisy = false_alarms(
+            &with_sd(3.0, &cfg),
+            &with_sd(3.0, &cfg_b),
+            pairs,
+            &Change::default(),
+        );
         let label = match (steps, steps_b) {
             (0, _) => "none".to_string(),
             (a, b) if a == b => a.to_string(),
@@ -122,7 +132,10 @@ fn main() {
             // independent noise is held to the bound there.
             let bound = steps != 1 || what == "independent noise";
             if bound && fa.is_some_and(|fa| fa > 0.01) {
-                failed.push(format!("{label} steps, {what}: false alarms {}", pct(fa.unwrap())));
+                failed.push(format!(
+                    "{label} steps, {what}: false alarms {}",
+                    pct(fa.unwrap())
+                ));
             }
         }
     }
@@ -140,7 +153,11 @@ fn main() {
         for steps in [0, 1, 3, 5] {
             let cfg = SimConfig::typical(KERNELS, steps);
             let by_count = power(&cfg, pairs, factor);
-            let label = if steps == 0 { "none".to_string() } else { steps.to_string() };
+            let label = if steps == 0 {
+                "none".to_string()
+            } else {
+                steps.to_string()
+            };
             print!("{label:>6}");
             for (_, p) in &by_count {
                 print!(" {:>7}", format!("{:.1}%", 100.0 * p));
@@ -152,7 +169,10 @@ fn main() {
             if steps == 3 && factor < 1.15 {
                 for (n, p) in &by_count {
                     if *n >= 8 && *p < 0.95 {
-                        failed.push(format!("3 steps, +10 %, {n} instances a step: power {}", pct(*p)));
+                        failed.push(format!(
+                            "3 steps, +10 %, {n} instances a step: power {}",
+                            pct(*p)
+                        ));
                     }
                 }
             }

@@ -237,8 +237,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let store = open_store(&store_path)?;
                 let ctx = gpuq_query::open_session(&store).await?;
                 let (b, c) = (baseline.as_str(), candidate.as_str());
-                history::check(&ctx, &store, b, c, max_regression, &metrics, fail_untested, format)
-                    .await
+                history::check(
+                    &ctx,
+                    &store,
+                    b,
+                    c,
+                    max_regression,
+                    &metrics,
+                    fail_untested,
+                    format,
+                )
+                .await
             };
             match checked.await {
                 Ok(code) => Ok(code),

@@ -4,22 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-fn gpuq(store: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{gpuq, stderr, stdout};
 
 /// Every file of the store with its bytes, except the writer's lock file.
 fn snapshot(store: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -629,10 +615,7 @@ fn reingesting_a_stored_nsys_export_is_a_no_op() {
     let store = store_with_nsys_run(dir.path());
     let nsys = dir.path().join("r.sqlite");
     let before = snapshot(&store);
-    let o = gpuq(
-        &store,
-        &["ingest", nsys.to_str().unwrap(), "--run", "r"],
-    );
+    let o = gpuq(&store, &["ingest", nsys.to_str().unwrap(), "--run", "r"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("already stored in run r"),
@@ -1255,7 +1238,14 @@ fn analysis_commands_take_a_step_range() {
     let store = dir.path().join("store");
     let trace = dir.path().join("steps.json");
     let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", trace.to_str().unwrap(), "--steps", "6", "--seed", "3"])
+        .args([
+            "generate",
+            trace.to_str().unwrap(),
+            "--steps",
+            "6",
+            "--seed",
+            "3",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -1415,7 +1405,11 @@ fn user_kernel_class_rules_apply_to_sql_and_analyses() {
         "name,c\nmy_ring_exchange,other\ntriton_poi_fused_add_0,elementwise\n"
     );
     let rules = dir.path().join("rules.txt");
-    std::fs::write(&rules, "# ours\ncommunication = ^my_ring_\nfused_add = fused_add\n").unwrap();
+    std::fs::write(
+        &rules,
+        "# ours\ncommunication = ^my_ring_\nfused_add = fused_add\n",
+    )
+    .unwrap();
     let with_rules = |args: &[&str]| {
         let mut all = vec!["--classes", rules.to_str().unwrap()];
         all.extend_from_slice(args);
@@ -1434,13 +1428,25 @@ fn user_kernel_class_rules_apply_to_sql_and_analyses() {
     let comm = |o: &Output| {
         let out = stdout(o);
         let header: Vec<&str> = out.lines().next().unwrap().split(',').collect();
-        let col = header.iter().position(|h| *h == "comm").expect("comm column");
-        out.lines().nth(1).unwrap().split(',').nth(col).unwrap().to_string()
+        let col = header
+            .iter()
+            .position(|h| *h == "comm")
+            .expect("comm column");
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(col)
+            .unwrap()
+            .to_string()
     };
     let plain = gpuq(&store, &["breakdown", "r", "--format", "csv"]);
     assert!(plain.status.success(), "{}", stderr(&plain));
     assert_eq!(comm(&plain), "0");
-    assert_eq!(comm(&with_rules(&["breakdown", "r", "--format", "csv"])), "10000");
+    assert_eq!(
+        comm(&with_rules(&["breakdown", "r", "--format", "csv"])),
+        "10000"
+    );
 
     // The store's rules file applies without the flag.
     std::fs::copy(&rules, store.join("kernel_classes.txt")).unwrap();
@@ -1478,7 +1484,9 @@ fn a_bare_array_of_events_is_a_kineto_trace() {
     let rows = |run: &str| {
         query_csv(
             &store,
-            &format!("SELECT name, ts, dur, device, stream FROM kernels WHERE run = '{run}' ORDER BY ts"),
+            &format!(
+                "SELECT name, ts, dur, device, stream FROM kernels WHERE run = '{run}' ORDER BY ts"
+            ),
         )
     };
     assert_eq!(rows("arr"), rows("obj"));
@@ -1493,10 +1501,16 @@ fn a_bare_array_of_events_is_a_kineto_trace() {
     let o = gpuq(&store, &["ingest", odd.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("unrecognised format"), "{}", stderr(&o));
-    let o = gpuq(&store, &["ingest", "--format", "kineto", odd.to_str().unwrap()]);
+    let o = gpuq(
+        &store,
+        &["ingest", "--format", "kineto", odd.to_str().unwrap()],
+    );
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
-    assert!(err.contains("odd.json") && err.contains("expected an event object"), "{err}");
+    assert!(
+        err.contains("odd.json") && err.contains("expected an event object"),
+        "{err}"
+    );
     assert_eq!(snapshot(&store), before);
 }
 
@@ -1518,7 +1532,10 @@ fn renumbered_visible_devices_keep_their_gpu_name() {
     let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
-        query_csv(&store, "SELECT gpus, json_get_int(devices, 0, 'id') AS id, warnings FROM runs"),
+        query_csv(
+            &store,
+            "SELECT gpus, json_get_int(devices, 0, 'id') AS id, warnings FROM runs"
+        ),
         "gpus,id,warnings\n1x NVIDIA H100 80GB HBM3,5,0\n"
     );
 }
@@ -1531,7 +1548,10 @@ fn a_rocprof_output_reports_its_csv_files() {
     let rocprof = repo_file("ingest/fixtures/rocprof/modern");
     let csvs = std::fs::read_dir(&rocprof).unwrap().count();
     assert!(csvs > 1);
-    let o = gpuq(&store, &["ingest", rocprof.to_str().unwrap(), "--run", "mi300"]);
+    let o = gpuq(
+        &store,
+        &["ingest", rocprof.to_str().unwrap(), "--run", "mi300"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains(&format!("stored as run mi300: {csvs} file(s)")),
@@ -1568,7 +1588,10 @@ fn unified_memory_migrations_are_not_advised_to_be_pinned() {
         found
     };
     let um = action("um", "Memcpy Unified HtoD");
-    assert!(um.contains("cudaMemPrefetchAsync") && !um.contains("pinned"), "{um}");
+    assert!(
+        um.contains("cudaMemPrefetchAsync") && !um.contains("pinned"),
+        "{um}"
+    );
     let plain = action("plain", "Memcpy HtoD (Pageable -> Device)");
     assert!(plain.contains("pinned"), "{plain}");
     assert_eq!(

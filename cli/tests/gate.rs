@@ -4,14 +4,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn gpuq(store: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
+use common::gpuq;
 
 fn text(o: &Output) -> String {
     format!(
@@ -50,13 +44,18 @@ fn ingest(dir: &Path, store: &Path, run: &str, steps: Option<u32>, repeat: u64, 
         let json = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, json.replace("ProfilerStep#", "train_iteration#")).unwrap();
     }
-    let o = gpuq(store, &["ingest", "-q", path.to_str().unwrap(), "--run", run]);
+    let o = gpuq(
+        store,
+        &["ingest", "-q", path.to_str().unwrap(), "--run", run],
+    );
     assert!(o.status.success(), "{}", text(&o));
 }
 
 /// `diff a b` rows for all ranks: (name, test, status).
 fn diff_rows(store: &Path, a: &str, b: &str, level: &str) -> Vec<(String, String, String)> {
-    let args = ["diff", a, b, "--level", level, "--all", "--format", "ndjson"];
+    let args = [
+        "diff", a, b, "--level", level, "--all", "--format", "ndjson",
+    ];
     let o = gpuq(store, &args);
     assert!(o.status.success(), "{}", text(&o));
     String::from_utf8_lossy(&o.stdout)
@@ -88,7 +87,11 @@ fn check_catches_a_kernel_10_pct_slower_with_1_3_or_5_steps_or_none_and_passes_n
         // one-step profile needs about 8 instances of a kernel to show its shift; here it is
         // reported as noise, never as a confident finding.
         let detectable = steps != Some(1);
-        let want = if detectable { "slower" } else { "unchanged (noise)" };
+        let want = if detectable {
+            "slower"
+        } else {
+            "unchanged (noise)"
+        };
         for r in &slowed {
             assert_eq!(r.2, want, "{label} steps: {r:?}");
         }
@@ -129,7 +132,15 @@ fn check_fails_on_untested_metrics_only_when_asked_and_says_why() {
     // window moves but cannot be tested; kernel_time at a's instance rates is tested.
     ingest(dir.path(), &store, "a", None, 1, 100);
     ingest(dir.path(), &store, "b", None, 1, 100);
-    let args = ["check", "--baseline", "a", "--candidate", "b", "--metrics", "gpu_idle"];
+    let args = [
+        "check",
+        "--baseline",
+        "a",
+        "--candidate",
+        "b",
+        "--metrics",
+        "gpu_idle",
+    ];
     let o = gpuq(&store, &args);
     // Same events, same durations: nothing moved, nothing to list.
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -137,14 +148,28 @@ fn check_fails_on_untested_metrics_only_when_asked_and_says_why() {
 
     ingest(dir.path(), &store, "idle", None, 2, 100);
     // gpu_idle of two windows: a rate per second of window, untested whatever it does.
-    let args = ["check", "--baseline", "a", "--candidate", "idle", "--metrics", "gpu_idle,kernel_time", "--max-regression", "0%", "--format", "json"];
+    let args = [
+        "check",
+        "--baseline",
+        "a",
+        "--candidate",
+        "idle",
+        "--metrics",
+        "gpu_idle,kernel_time",
+        "--max-regression",
+        "0%",
+        "--format",
+        "json",
+    ];
     let o = gpuq(&store, &args);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let untested = v["untested"].as_array().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(v["pass"], true);
     assert!(
-        untested.iter().any(|u| u["name"] == "gpu_idle" && u["why"].as_str().unwrap().contains("window")),
+        untested
+            .iter()
+            .any(|u| u["name"] == "gpu_idle" && u["why"].as_str().unwrap().contains("window")),
         "{v}"
     );
     let o = gpuq(&store, &[&args[..], &["--fail-untested"]].concat());
@@ -154,5 +179,9 @@ fn check_fails_on_untested_metrics_only_when_asked_and_says_why() {
         .unwrap()
         .iter()
         .any(|m| m["name"] == "gpu_idle" && m["status"] == "slower (untested)");
-    assert_eq!(o.status.code(), Some(if idle_regressed { 1 } else { 0 }), "{v}");
+    assert_eq!(
+        o.status.code(),
+        Some(if idle_regressed { 1 } else { 0 }),
+        "{v}"
+    );
 }

@@ -7,29 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{ok, stderr, stdout};
+
 fn gpuq_cmd(store: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuq"));
     c.arg("--store").arg(store).args(args);
     c
-}
-
-fn gpuq(store: &Path, args: &[&str]) -> Output {
-    gpuq_cmd(store, args).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Runs the command and returns its CSV output, asserting success.
-fn ok(store: &Path, args: &[&str]) -> String {
-    let o = gpuq(store, args);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    stdout(&o)
 }
 
 /// A generated Kineto trace of `bytes` (demo kernels, long C++ names) at `path`.
@@ -370,7 +354,8 @@ fn the_shell_knows_dot_commands_pset_expanded_display_and_table_functions() {
     // `\help` lists them too.
     let help = &out[out.find("Meta-commands:").expect("help")..];
     assert!(
-        help.contains("Table functions") && help.contains("gpu_gaps(run [, min_gap_ns] [, 'steps'])"),
+        help.contains("Table functions")
+            && help.contains("gpu_gaps(run [, min_gap_ns] [, 'steps'])"),
         "{help}"
     );
 

@@ -4,30 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn gpuq(store: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(store: &Path, args: &[&str]) -> String {
-    let o = gpuq(store, args);
-    assert!(o.status.success(), "gpuq {args:?}: {}", stderr(&o));
-    stdout(&o)
-}
+mod common;
+use common::{gpuq, ok, stderr, stdout};
 
 fn query_csv(store: &Path, sql: &str) -> String {
     ok(store, &["query", "--format", "csv", sql])

@@ -27,9 +27,8 @@ pub fn device_names(
         return (named_by_id(used), None);
     }
     let listed: Vec<i64> = by_id.keys().copied().collect();
-    let mismatch = format!(
-        "deviceProperties lists devices {listed:?} but events use devices {used:?}"
-    );
+    let mismatch =
+        format!("deviceProperties lists devices {listed:?} but events use devices {used:?}");
     let mut names = by_id.values();
     let first = names.next().copied().unwrap_or_default();
     if names.all(|n| *n == first) {
@@ -88,12 +87,13 @@ mod tests {
         );
         assert!(warning.unwrap().contains("in order of id"));
         // Different GPUs, counts differ: only matching ids are named, with a warning.
-        let (names, warning) =
-            device_names(&entries(&[(0, "A"), (1, "B"), (2, "C")]), &[1, 7]);
+        let (names, warning) = device_names(&entries(&[(0, "A"), (1, "B"), (2, "C")]), &[1, 7]);
         assert_eq!(names, BTreeMap::from([(1, "B".to_string())]));
         let warning = warning.unwrap();
         assert!(
-            warning.contains("[0, 1, 2]") && warning.contains("[1, 7]") && warning.contains("unnamed"),
+            warning.contains("[0, 1, 2]")
+                && warning.contains("[1, 7]")
+                && warning.contains("unnamed"),
             "{warning}"
         );
         // No entries: nothing named, nothing to warn about.

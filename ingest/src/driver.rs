@@ -785,9 +785,14 @@ fn parse_source(
             let report = |_: u64| progress.bytes(src.bytes_read());
             let limit = opts.whole_file_limit.unwrap_or(kineto::WHOLE_FILE_LIMIT);
             let steps = opts.step_pattern.as_ref();
-            kineto::parse_into(reader, &report, limit, steps, &mut |b| spool.push(b), &mut |b| {
-                counters.push(b)
-            })
+            kineto::parse_into(
+                reader,
+                &report,
+                limit,
+                steps,
+                &mut |b| spool.push(b),
+                &mut |b| counters.push(b),
+            )
             .map(|t| (t, None))
             .map_err(trace_error)
         }

@@ -452,7 +452,10 @@ mod tests {
             std::fs::write(&p, text).unwrap();
             p
         };
-        let array = write("a.json", "\n [ {\"name\": \"k\", \"ph\": \"X\", \"ts\": 1, \"dur\": 2}");
+        let array = write(
+            "a.json",
+            "\n [ {\"name\": \"k\", \"ph\": \"X\", \"ts\": 1, \"dur\": 2}",
+        );
         assert_eq!(detect(&array).unwrap().1, Format::Kineto);
         assert_eq!(detect(&write("e.json", "[]")).unwrap().1, Format::Kineto);
         let numbers = write("n.json", "[1, 2, 3]");
@@ -462,7 +465,10 @@ mod tests {
         // A CSV forced to Kineto is opened as Kineto (the parser then says it is not JSON);
         // an SQLite file or binary content is never text to read.
         let csv = write("c.csv", "Kind,Agent_Id,Correlation_Id,Start_Timestamp\n");
-        assert_eq!(Source::open(&csv, Some(Format::Kineto)).unwrap().format, Format::Kineto);
+        assert_eq!(
+            Source::open(&csv, Some(Format::Kineto)).unwrap().format,
+            Format::Kineto
+        );
         let binary = write("b.bin", "\u{1}\u{2}\u{3}");
         assert!(Source::open(&binary, Some(Format::Kineto)).is_err());
         let sqlite = write("s.sqlite", "SQLite format 3\0rest");

@@ -589,13 +589,24 @@ async fn json_functions_read_args_and_run_metadata() {
     let metadata = query_strings(&ctx, "SELECT metadata FROM runs").await;
     let metadata: serde_json::Value =
         serde_json::from_str(metadata[0].as_deref().unwrap()).unwrap();
-    let path_env = metadata["metadata"]["env"]["PATH"].as_str().unwrap().to_string();
+    let path_env = metadata["metadata"]["env"]["PATH"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(
-        query_strings(&ctx, "SELECT json_get(metadata, 'metadata', 'env', 'PATH') FROM runs").await,
+        query_strings(
+            &ctx,
+            "SELECT json_get(metadata, 'metadata', 'env', 'PATH') FROM runs"
+        )
+        .await,
         vec![Some(path_env)]
     );
     // Objects and arrays come back as JSON text; a missing path or a non-integer is NULL.
-    let env = query_strings(&ctx, "SELECT json_get(metadata, 'metadata', 'env') FROM runs").await;
+    let env = query_strings(
+        &ctx,
+        "SELECT json_get(metadata, 'metadata', 'env') FROM runs",
+    )
+    .await;
     let env: serde_json::Value = serde_json::from_str(env[0].as_deref().unwrap()).unwrap();
     assert_eq!(env, metadata["metadata"]["env"]);
     for sql in [
@@ -607,7 +618,11 @@ async fn json_functions_read_args_and_run_metadata() {
     }
     let schema_version = metadata["schemaVersion"].as_i64().unwrap();
     assert_eq!(
-        query_strings(&ctx, "SELECT json_get_int(metadata, 'schemaVersion') FROM runs").await,
+        query_strings(
+            &ctx,
+            "SELECT json_get_int(metadata, 'schemaVersion') FROM runs"
+        )
+        .await,
         vec![Some(schema_version.to_string())]
     );
 

@@ -497,5 +497,8 @@ async fn a_real_trace_as_a_bare_array_stores_the_same_rows() {
     };
     let (object, array) = (rows("object").await, rows("array").await);
     assert!(object.lines().count() > 3000, "{}", object.lines().count());
-    assert!(object == array, "the bare array's rows differ from the trace's");
+    assert!(
+        object == array,
+        "the bare array's rows differ from the trace's"
+    );
 }

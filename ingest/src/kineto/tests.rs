@@ -579,7 +579,11 @@ fn reads_the_json_array_format_of_legacy_pytorch() {
     // The format allows the closing `]` to be missing (a trace never closed), after a whole
     // event and maybe a comma: the same events.
     let open = LEGACY_ARRAY.trim_end_matches(']');
-    for text in [open.to_string(), format!("{open},\n"), format!("  {LEGACY_ARRAY}\n")] {
+    for text in [
+        open.to_string(),
+        format!("{open},\n"),
+        format!("  {LEGACY_ARRAY}\n"),
+    ] {
         let t = parse_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!((t.events, t.kernels), (3, 1), "{text}");
     }
@@ -604,9 +608,18 @@ fn unified_memory_migrations_have_their_own_copy_kind() {
 ]}"###;
     let b = resolved(parse_str(text).unwrap());
     let kinds = strings(&b, "copy_kind");
-    assert_eq!(kinds[row_of(&b, "Memcpy Unified HtoD")].as_deref(), Some("UM HtoD"));
-    assert_eq!(kinds[row_of(&b, "[CUDA Unified Memory memcpy DtoH]")].as_deref(), Some("UM DtoH"));
-    assert_eq!(kinds[row_of(&b, "Memcpy HtoD (Pinned -> Device)")].as_deref(), Some("HtoD"));
+    assert_eq!(
+        kinds[row_of(&b, "Memcpy Unified HtoD")].as_deref(),
+        Some("UM HtoD")
+    );
+    assert_eq!(
+        kinds[row_of(&b, "[CUDA Unified Memory memcpy DtoH]")].as_deref(),
+        Some("UM DtoH")
+    );
+    assert_eq!(
+        kinds[row_of(&b, "Memcpy HtoD (Pinned -> Device)")].as_deref(),
+        Some("HtoD")
+    );
 }
 
 fn parse_with_steps(text: &str, pattern: &str) -> ParsedTrace {
@@ -660,22 +673,36 @@ fn kernel_steps(b: &RecordBatch) -> Vec<(String, Option<i64>)> {
 /// steps), or by occurrence when the pattern has none (a denoising loop's repeated range).
 #[test]
 fn step_patterns_mark_kineto_steps() {
-    let numbered = loop_trace("user_annotation", &["scheduler_step 41", "scheduler_step 42", "other"]);
+    let numbered = loop_trace(
+        "user_annotation",
+        &["scheduler_step 41", "scheduler_step 42", "other"],
+    );
     let b = resolved(parse_with_steps(&numbered, r"^scheduler_step (\d+)$"));
     assert_eq!(
         kernel_steps(&b),
-        vec![("k0".into(), Some(41)), ("k1".into(), Some(42)), ("k2".into(), None)]
+        vec![
+            ("k0".into(), Some(41)),
+            ("k1".into(), Some(42)),
+            ("k2".into(), None)
+        ]
     );
     // Without the pattern, no step (only ProfilerStep#N is one by default).
     let b = resolved(parse_str(&numbered).unwrap());
     assert!(kernel_steps(&b).iter().all(|(_, s)| s.is_none()));
 
     // A repeated range without a number: steps 1..N in order of time, whatever the file order.
-    let repeated = loop_trace("python_function", &["denoise_step", "denoise_step", "denoise_step"]);
+    let repeated = loop_trace(
+        "python_function",
+        &["denoise_step", "denoise_step", "denoise_step"],
+    );
     let b = resolved(parse_with_steps(&repeated, "^denoise_step$"));
     assert_eq!(
         kernel_steps(&b),
-        vec![("k0".into(), Some(1)), ("k1".into(), Some(2)), ("k2".into(), Some(3))]
+        vec![
+            ("k0".into(), Some(1)),
+            ("k1".into(), Some(2)),
+            ("k2".into(), Some(3))
+        ]
     );
     // Kernels never mark steps, whatever their name.
     let t = parse_with_steps(&repeated, "^k");
@@ -703,7 +730,11 @@ fn legacy_flows_link_kernels_across_blocks() {
     for i in 0..b.num_rows() {
         if kinds[i].as_deref() == Some("kernel") {
             let name = names[i].as_deref().unwrap();
-            assert_eq!(ops[i].as_deref(), Some(format!("op{}", &name[1..]).as_str()), "{name}");
+            assert_eq!(
+                ops[i].as_deref(),
+                Some(format!("op{}", &name[1..]).as_str()),
+                "{name}"
+            );
             linked += 1;
         }
     }

@@ -592,9 +592,13 @@ pub fn to_batch(rows: &[Row]) -> Result<Vec<RecordBatch>> {
         )),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(Row::delta))),
         Arc::new(Float64Array::from_iter(rows.iter().map(Row::ratio))),
-        Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.typical_ratio))),
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| r.typical_ratio),
+        )),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.p_value))),
-        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.note.as_deref()))),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.note.as_deref()),
+        )),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.test))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.status))),
     ];

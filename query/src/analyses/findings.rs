@@ -447,7 +447,11 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
             category: "sync_memcpy",
             title: format!(
                 "{sync_n} synchronous memory {} the host ({})",
-                if sync_n == 1 { "copy blocks" } else { "copies block" },
+                if sync_n == 1 {
+                    "copy blocks"
+                } else {
+                    "copies block"
+                },
                 fmt_dur(sync_t)
             ),
             evidence: format!(

@@ -121,8 +121,8 @@ pub fn sim_run(cfg: &SimConfig, seed: u64, change: &Change) -> Profile {
         for (s, factor) in step_factor.iter().enumerate() {
             for _ in 0..cfg.instances_of(k) {
                 let noise = 1.0 + cfg.noise_pct / 100.0 * (2.0 * rng.unit() - 1.0);
-                let outlier = cfg.outlier_one_in > 0
-                    && rng.next_u64() % cfg.outlier_one_in as u64 == 0;
+                let outlier =
+                    cfg.outlier_one_in > 0 && rng.next_u64() % cfg.outlier_one_in as u64 == 0;
                 let three = if outlier { 3.0 } else { 1.0 };
                 let d = (base * shift * factor * noise * three).round() as i64;
                 m.count += 1;
@@ -136,7 +136,8 @@ pub fn sim_run(cfg: &SimConfig, seed: u64, change: &Change) -> Profile {
                 }
             }
         }
-        p.keys.insert(SimConfig::name(k), BTreeMap::from([(None, m)]));
+        p.keys
+            .insert(SimConfig::name(k), BTreeMap::from([(None, m)]));
     }
     if cfg.steps == 0 {
         p.windows.insert(None, window);

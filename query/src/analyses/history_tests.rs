@@ -284,7 +284,11 @@ fn a_shift_in_every_instance_is_slower_with_1_3_or_5_steps_or_none() {
             let rows = statuses(&cfg, pair, &slower(2, 1.1));
             let r = &rows[&SimConfig::name(2)];
             assert_eq!(r.status, "slower", "{steps} steps: {r:?}");
-            let want = if steps >= 2 { "per-step" } else { "per-instance" };
+            let want = if steps >= 2 {
+                "per-step"
+            } else {
+                "per-instance"
+            };
             assert_eq!(r.test, want);
             let typical = r.typical_ratio.unwrap();
             assert!((1.07..1.13).contains(&typical), "{r:?}");

@@ -217,7 +217,11 @@ pub async fn load_profiles(
                     continue;
                 }
                 let runs = in_list(runs.iter().copied());
-                let step = if stepped { "step" } else { "CAST(NULL AS BIGINT)" };
+                let step = if stepped {
+                    "step"
+                } else {
+                    "CAST(NULL AS BIGINT)"
+                };
                 let sql = format!(
                     "SELECT run, rank, {step}, {key}, dur FROM {view} WHERE run IN ({runs}){filter}"
                 );

@@ -61,9 +61,7 @@ fn coerce_json_args(name: &str, arg_types: &[DataType]) -> Result<Vec<DataType>>
             {
                 DataType::Utf8
             }
-            other => {
-                return plan_err!("{name}: a path element is a key or an index, not {other}")
-            }
+            other => return plan_err!("{name}: a path element is a key or an index, not {other}"),
         });
     }
     Ok(out)
@@ -93,7 +91,9 @@ fn map_json<B: ArrayBuilder>(
                 return false;
             }
             match a.data_type() {
-                DataType::Int64 => path.push(PathStep::Index(a.as_primitive::<Int64Type>().value(row))),
+                DataType::Int64 => {
+                    path.push(PathStep::Index(a.as_primitive::<Int64Type>().value(row)))
+                }
                 _ => path.push(PathStep::Key(a.as_string::<i32>().value(row))),
             }
             true
@@ -172,7 +172,10 @@ static JSON_GET_DOC: LazyLock<Documentation> = LazyLock::new(|| {
     )
     .with_sql_example("SELECT json_get('{\"a\": [1, {\"b\": \"x\"}]}', 'a', -1, 'b'); -- 'x'")
     .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument("key_or_index", "an object key (text) or an array index (integer)")
+    .with_argument(
+        "key_or_index",
+        "an object key (text) or an array index (integer)",
+    )
     .build()
 });
 
@@ -205,7 +208,10 @@ static JSON_GET_INT_DOC: LazyLock<Documentation> = LazyLock::new(|| {
     )
     .with_sql_example("SELECT name, json_get_int(args, 'External id') FROM cpu_ops;")
     .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument("key_or_index", "an object key (text) or an array index (integer)")
+    .with_argument(
+        "key_or_index",
+        "an object key (text) or an array index (integer)",
+    )
     .build()
 });
 
@@ -232,7 +238,10 @@ static JSON_GET_FLOAT_DOC: LazyLock<Documentation> = LazyLock::new(|| {
     )
     .with_sql_example("SELECT json_get_float('{\"x\": [0.5]}', 'x', 0); -- 0.5")
     .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument("key_or_index", "an object key (text) or an array index (integer)")
+    .with_argument(
+        "key_or_index",
+        "an object key (text) or an array index (integer)",
+    )
     .build()
 });
 

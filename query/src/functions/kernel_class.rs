@@ -235,8 +235,7 @@ impl ClassRules {
     /// The class of `name`: the first matching user rule, else the built-in table.
     pub fn classify(&self, name: &str) -> &'static str {
         let full = demangle(name);
-        self.class_of(&full)
-            .unwrap_or_else(|| builtin_class(&full))
+        self.class_of(&full).unwrap_or_else(|| builtin_class(&full))
     }
 }
 

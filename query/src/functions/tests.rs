@@ -565,12 +565,21 @@ fn user_class_rules_come_first() {
     .unwrap();
     assert_eq!(rules.len(), 3);
     assert_eq!(rules.classify("my_ring_allgather_v2"), "communication");
-    assert_eq!(rules.classify("void vllm::moe::moe_align_block_size_kernel<int>(int*)"), "moe_routing");
-    assert_eq!(rules.classify("void deep_gemm::fp8_gemm_kernel<128>(float*)"), "gemm");
+    assert_eq!(
+        rules.classify("void vllm::moe::moe_align_block_size_kernel<int>(int*)"),
+        "moe_routing"
+    );
+    assert_eq!(
+        rules.classify("void deep_gemm::fp8_gemm_kernel<128>(float*)"),
+        "gemm"
+    );
     // Before the table: `softmax` would win otherwise.
     let over = ClassRules::parse("attention = MY_SOFTMAX_ATTN").unwrap();
     assert_eq!(over.classify("my_softmax_attn_kernel"), "attention");
-    assert_eq!(ClassRules::default().classify("my_softmax_attn_kernel"), "softmax");
+    assert_eq!(
+        ClassRules::default().classify("my_softmax_attn_kernel"),
+        "softmax"
+    );
     // Unmatched names fall through to the table.
     assert_eq!(rules.classify("triton_poi_fused_add_0"), "elementwise");
 
