@@ -388,15 +388,21 @@ fn cpu_ticks(pid: u32) -> u64 {
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
-/// The process whose command line contains `needle` (and is not `script`).
+/// The `gpuq` process whose command line contains `needle`. The executable is checked, not
+/// only the command line: `script` runs its command through `sh -c`, and where `sh` is dash
+/// that shell stays as an idle parent whose command line holds the same words.
 fn find_process(needle: &str) -> Option<u32> {
+    let gpuq = std::fs::canonicalize(env!("CARGO_BIN_EXE_gpuq")).ok()?;
     for e in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
+        if std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&gpuq) {
+            continue;
+        }
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(needle) && !cmdline.starts_with("script") {
+        if cmdline.contains(needle) {
             return Some(pid);
         }
     }
