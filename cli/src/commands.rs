@@ -26,6 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             step_pattern,
             lenient,
+            tz,
             replace,
             merge_unrelated,
             quiet,
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 format: format.format(),
                 step_pattern,
                 lenient,
+                stage_log_zone: tz,
                 merge_unrelated,
                 ..Default::default()
             };
