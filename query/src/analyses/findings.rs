@@ -40,7 +40,7 @@ use super::roofline::{self, RooflineRow};
 use super::stages::load_step_stats;
 use super::stats::median_ints as median;
 use super::util::utilisation;
-use super::{batch, literal, no_checks, Call, Spec};
+use super::{batch, literal, Call, Spec};
 use crate::functions::durations::fmt_dur;
 use crate::functions::kernel_class::kernel_class;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -51,13 +51,8 @@ use futures::FutureExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub static FINDINGS: Spec = Spec {
-    name: "findings",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static FINDINGS: Spec =
+    Spec::of_run("findings", schema, |ctx, call| compute(ctx, call).boxed());
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -788,10 +783,10 @@ fn roofline_finding(rows: &[RooflineRow], kernel_total: i64, span: i64) -> Optio
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let rows = load_in(&ctx, &call.run, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.severity),
         )),

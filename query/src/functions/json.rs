@@ -13,9 +13,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{plan_err, ScalarValue};
 use datafusion::error::Result;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
-};
+use datafusion::logical_expr::{ColumnarValue, Documentation, ScalarFunctionArgs, Signature};
 use serde_json::Value;
 use std::sync::{Arc, LazyLock};
 
@@ -121,45 +119,16 @@ macro_rules! json_udf {
             signature: Signature,
         }
 
-        impl $ty {
-            pub fn new() -> Self {
-                Self {
-                    signature: Signature::user_defined(Volatility::Immutable),
-                }
-            }
-        }
-
-        impl Default for $ty {
-            fn default() -> Self {
-                Self::new()
-            }
-        }
-
-        impl ScalarUDFImpl for $ty {
-            fn name(&self) -> &str {
-                $name
-            }
-
-            fn signature(&self) -> &Signature {
-                &self.signature
-            }
-
-            fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-                coerce_json_args($name, arg_types)
-            }
-
-            fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-                Ok($result)
-            }
-
-            fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        super::scalar_udf!(
+            $ty,
+            $name,
+            $doc,
+            coerce_json_args,
+            $result,
+            |args: ScalarFunctionArgs| {
                 map_json(&args, $builder, |b, v| b.append_option(v.and_then($convert)))
             }
-
-            fn documentation(&self) -> Option<&Documentation> {
-                Some(&$doc)
-            }
-        }
+        );
     };
 }
 

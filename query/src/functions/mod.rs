@@ -78,6 +78,66 @@ pub fn window_functions() -> Vec<WindowUDF> {
     vec![WindowUDF::from(gap::Gap::new())]
 }
 
+/// Implements a scalar function on `$ty`, a struct holding its `signature`: `new` and
+/// `Default` (a user-defined signature), and `ScalarUDFImpl` with the name, the documentation
+/// `$doc`, argument coercion by `$coerce(name, arg_types)`, the result type `$result` and the
+/// body `$invoke(args: ScalarFunctionArgs)`.
+macro_rules! scalar_udf {
+    ($ty:ident, $name:literal, $doc:ident, $coerce:expr, $result:expr, $invoke:expr) => {
+        impl $ty {
+            pub fn new() -> Self {
+                Self {
+                    signature: datafusion::logical_expr::Signature::user_defined(
+                        datafusion::logical_expr::Volatility::Immutable,
+                    ),
+                }
+            }
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl datafusion::logical_expr::ScalarUDFImpl for $ty {
+            fn name(&self) -> &str {
+                $name
+            }
+
+            fn signature(&self) -> &datafusion::logical_expr::Signature {
+                &self.signature
+            }
+
+            fn coerce_types(
+                &self,
+                arg_types: &[datafusion::arrow::datatypes::DataType],
+            ) -> datafusion::error::Result<Vec<datafusion::arrow::datatypes::DataType>> {
+                ($coerce)($name, arg_types)
+            }
+
+            fn return_type(
+                &self,
+                _arg_types: &[datafusion::arrow::datatypes::DataType],
+            ) -> datafusion::error::Result<datafusion::arrow::datatypes::DataType> {
+                Ok($result)
+            }
+
+            fn invoke_with_args(
+                &self,
+                args: datafusion::logical_expr::ScalarFunctionArgs,
+            ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
+                ($invoke)(args)
+            }
+
+            fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+                Some(&$doc)
+            }
+        }
+    };
+}
+pub(crate) use scalar_udf;
+
 /// Coercion for the text functions: keep string and dictionary-of-string arguments (so a
 /// dictionary-encoded `name` column is classified once per distinct value), cast anything else
 /// to Utf8.
