@@ -113,13 +113,14 @@ pub struct Show {
 }
 
 impl From<OutputFormat> for Show {
-    /// Every row, no timing: what analysis commands and scripts want.
+    /// Every row, no timing, tables that fit the terminal (expanded when nothing else fits):
+    /// what analysis commands want.
     fn from(format: OutputFormat) -> Show {
         Show {
             format,
             max_rows: MaxRows(None),
             timing: false,
-            expanded: Expanded::Off,
+            expanded: Expanded::Auto,
         }
     }
 }
