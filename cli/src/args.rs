@@ -46,6 +46,11 @@ pub enum Command {
         /// Skip (and count) lines of line-based formats that do not parse instead of failing
         #[arg(long)]
         lenient: bool,
+        /// Time zone of stage-log times written without a UTC offset: an IANA name
+        /// (Europe/Berlin) or an offset (+01:00) [default: such times are an error, Python
+        /// logging times are UTC]
+        #[arg(long, value_name = "ZONE", value_parser = parse_zone)]
+        tz: Option<gpuq_ingest::stagelog::zone::LogZone>,
         /// Replace the run if it exists (also re-ingests files already stored); the run keeps
         /// its tags unless --tag gives new ones
         #[arg(long)]
@@ -466,6 +471,10 @@ fn parse_duration(s: &str) -> Result<i64, String> {
     gpuq_query::functions::durations::parse_dur(s)
         .filter(|n| *n >= 0)
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 250ns, 100us, 1.5ms, 2s)"))
+}
+
+fn parse_zone(s: &str) -> Result<gpuq_ingest::stagelog::zone::LogZone, String> {
+    s.parse()
 }
 
 /// The stored tables `gpuq files` lists.

@@ -5,19 +5,38 @@
 //! [`YieldingExec`] above every operator of the plan: every batch that passes one of them
 //! checks the clock, and after [`TIME_SLICE`] without a pause its stream returns `Pending`
 //! once (waking itself at once), so the task's poll ends and an abort takes effect.
+//!
+//! DataFusion's own cooperative yielding (`CooperativeExec`, put above the plan's leaves by the
+//! `EnsureCooperative` rule since version 49) does not cover these cases: it spends tokio's
+//! task budget only when a leaf (a scan, an exchange) is polled, and a join that makes many
+//! output batches from one input batch (a self-join on repeated keys), with the aggregate above
+//! it, goes on inside one poll without polling a leaf. The test
+//! `datafusions_own_yielding_leaves_an_aggregate_over_a_join_in_one_poll` pins this.
+//!
+//! A nested-loop join whose filter almost never matches does not return from one poll either:
+//! it tests every buffered left row against a right batch, and only a full output batch or the
+//! next right batch ends the poll. Its filter is therefore made stoppable ([`StopOnDrop`]): once
+//! the statement is dropped, the filter's next evaluation (one per left row) fails, which ends
+//! the join's task.
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{FieldRef, Schema};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::joins::utils::JoinFilter;
+use datafusion::physical_plan::joins::{NestedLoopJoinExec, NestedLoopJoinExecBuilder};
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
     ReplaceChildrenOptions,
 };
 use futures::Stream;
+use std::hash::{Hash, Hasher};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -25,13 +44,35 @@ use std::time::{Duration, Instant};
 /// How long a stream may produce batches without returning to the scheduler.
 pub const TIME_SLICE: Duration = Duration::from_millis(20);
 
-/// `plan` with a [`YieldingExec`] above each of its operators. `EXPLAIN ANALYZE` plans are left
-/// as they are, so that their output shows the plan that was asked for.
-pub fn yielding(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+/// Raised when dropped: the statement that holds it was dropped (or has ended), and the plan's
+/// stoppable parts ([`yielding`]) stop at their next step.
+#[derive(Debug, Default)]
+pub struct StopOnDrop(Arc<AtomicBool>);
+
+impl StopOnDrop {
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `plan` with a [`YieldingExec`] above each of its operators, and its nested-loop joins'
+/// filters failing once `stop` is raised. `EXPLAIN ANALYZE` plans are left as they are, so
+/// that their output shows the plan that was asked for.
+pub fn yielding(
+    plan: Arc<dyn ExecutionPlan>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     if plan.name() == "AnalyzeExec" {
         return Ok(plan);
     }
     plan.transform_up(|node| {
+        let node = stoppable_join(node, stop)?;
         Ok(Transformed::new(
             Arc::new(YieldingExec::new(node)) as Arc<dyn ExecutionPlan>,
             true,
@@ -39,6 +80,93 @@ pub fn yielding(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> 
         ))
     })
     .map(|t| t.data)
+}
+
+/// A nested-loop join with its filter wrapped in a [`StoppableExpr`]; any other node as it is.
+fn stoppable_join(
+    node: Arc<dyn ExecutionPlan>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() else {
+        return Ok(node);
+    };
+    let Some(filter) = join.filter() else {
+        return Ok(node);
+    };
+    let expression = Arc::new(StoppableExpr {
+        inner: filter.expression().clone(),
+        stop: stop.clone(),
+    });
+    let filter = JoinFilter::new(
+        expression,
+        filter.column_indices().to_vec(),
+        filter.schema().clone(),
+    );
+    Ok(Arc::new(
+        NestedLoopJoinExecBuilder::from(join)
+            .with_filter(Some(filter))
+            .build()?,
+    ))
+}
+
+/// Evaluates `inner`, or fails once `stop` is raised.
+#[derive(Debug)]
+struct StoppableExpr {
+    inner: Arc<dyn PhysicalExpr>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PartialEq for StoppableExpr {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.as_ref() == other.inner.as_ref()
+    }
+}
+
+impl Eq for StoppableExpr {}
+
+impl Hash for StoppableExpr {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.inner.hash(state);
+    }
+}
+
+impl std::fmt::Display for StoppableExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl PhysicalExpr for StoppableExpr {
+    fn return_field(&self, input_schema: &Schema) -> Result<FieldRef> {
+        self.inner.return_field(input_schema)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(datafusion::error::DataFusionError::Execution(
+                "the statement was cancelled".into(),
+            ));
+        }
+        self.inner.evaluate(batch)
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        vec![&self.inner]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(Arc::new(StoppableExpr {
+            inner: children.swap_remove(0),
+            stop: self.stop.clone(),
+        }))
+    }
+
+    fn fmt_sql(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt_sql(f)
+    }
 }
 
 /// Passes its input's batches through unchanged, pausing its stream after each
@@ -174,7 +302,8 @@ mod tests {
         let task = Arc::new(df.task_ctx());
         let plan = df.create_physical_plan().await.unwrap();
         let operators = count(&plan);
-        let wrapped = yielding(plan).unwrap();
+        let stop = StopOnDrop::default();
+        let wrapped = yielding(plan, &stop.flag()).unwrap();
         assert_eq!(count(&wrapped), 2 * operators);
         assert_eq!(wrapped.name(), "YieldingExec");
         let batches = datafusion::physical_plan::collect(wrapped, task)
@@ -202,7 +331,8 @@ mod tests {
             .await
             .unwrap();
         let task = Arc::new(df.task_ctx());
-        let plan = yielding(df.create_physical_plan().await.unwrap()).unwrap();
+        let stop = StopOnDrop::default();
+        let plan = yielding(df.create_physical_plan().await.unwrap(), &stop.flag()).unwrap();
         let mut stream = plan.execute(0, task).unwrap();
         let started = Instant::now();
         let mut pauses = 0;
@@ -216,5 +346,80 @@ mod tests {
             }
         }
         assert!(pauses >= 5, "{pauses} pauses in 300 ms");
+    }
+
+    /// One partition, so that the whole plan runs inside the polls of one stream.
+    async fn one_partition(sql: &str) -> (Arc<dyn ExecutionPlan>, Arc<TaskContext>) {
+        let config = datafusion::prelude::SessionConfig::new().with_target_partitions(1);
+        let ctx = SessionContext::new_with_config(config);
+        ctx.sql("CREATE TABLE t AS SELECT 1 AS k, value AS v FROM generate_series(1, 4000)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let df = ctx.sql(sql).await.unwrap();
+        let task = Arc::new(df.task_ctx());
+        (df.create_physical_plan().await.unwrap(), task)
+    }
+
+    /// The first poll of the plan's stream, made inside a tokio task (where DataFusion's
+    /// cooperative yielding spends the task's budget): a batch, or `None` for `Pending`.
+    async fn first_poll(plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> Option<usize> {
+        use futures::StreamExt;
+        tokio::spawn(async move {
+            let mut stream = plan.execute(0, task).unwrap();
+            std::future::poll_fn(|cx| {
+                Poll::Ready(match stream.poll_next_unpin(cx) {
+                    Poll::Ready(Some(b)) => Some(b.unwrap().num_rows()),
+                    Poll::Ready(None) => Some(0),
+                    Poll::Pending => None,
+                })
+            })
+            .await
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn datafusions_own_yielding_leaves_an_aggregate_over_a_join_in_one_poll() {
+        // 4000 × 4000 rows out of one probe batch: the aggregate consumes them all within one
+        // poll of DataFusion's plan, its CooperativeExec leaves never asked again.
+        let sql = "SELECT count(*) FROM t a JOIN t b ON a.k = b.k";
+        let (plan, task) = one_partition(sql).await;
+        assert_eq!(first_poll(plan.clone(), task.clone()).await, Some(1));
+        let stop = StopOnDrop::default();
+        let wrapped = yielding(plan, &stop.flag()).unwrap();
+        assert_eq!(first_poll(wrapped, task).await, None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_nested_loop_join_that_never_matches_stops_when_its_statement_is_dropped() {
+        // 200000 buffered rows tested against each right batch, never matching: no output
+        // batch ends a poll, which lasts seconds.
+        let sql = "SELECT count(*) FROM generate_series(1, 200000) a(v), \
+                   generate_series(1, 200000) b(v) WHERE a.v + b.v < 0";
+        let (plan, task) = one_partition(sql).await;
+        assert!(format!(
+            "{}",
+            datafusion::physical_plan::displayable(plan.as_ref()).indent(false)
+        )
+        .contains("NestedLoopJoinExec"),);
+        let stop = StopOnDrop::default();
+        let plan = yielding(plan, &stop.flag()).unwrap();
+        let running = tokio::spawn(datafusion::physical_plan::collect(plan, task));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !running.is_finished(),
+            "the join ended before it was stopped"
+        );
+        let started = Instant::now();
+        drop(stop);
+        let ended = tokio::time::timeout(Duration::from_secs(20), running).await;
+        let result = ended.expect("the join went on after its statement was dropped");
+        let err = result.unwrap().unwrap_err().to_string();
+        assert!(err.contains("cancelled"), "{err}");
+        eprintln!("stopped {:?} after the drop", started.elapsed());
     }
 }

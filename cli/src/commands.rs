@@ -26,6 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             step_pattern,
             lenient,
+            tz,
             replace,
             merge_unrelated,
             quiet,
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 format: format.format(),
                 step_pattern,
                 lenient,
+                stage_log_zone: tz,
                 merge_unrelated,
                 ..Default::default()
             };
@@ -173,9 +175,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 sql
             };
-            let code = analysis(&store_path, &run, &sql, format).await?;
-            roofline_notes(&store_path, &run, steps.as_deref()).await?;
-            Ok(code)
+            let ctx = session_with_run(&store_path, &run).await?;
+            let failed = run_sql_text(&ctx, &sql, format, &mut std::io::stdout()).await;
+            roofline_notes(&ctx, &run, steps.as_deref()).await?;
+            Ok(exit_code(failed))
         }
         Command::Stages { run, steps, format } => {
             let (stages, steps) = (
@@ -405,14 +408,17 @@ fn since_start(ts: &str) -> String {
 
 /// Why `gpuq roofline` printed no row or no verdict, and how to fix it (on stderr, so that CSV
 /// and JSON output stay clean).
-async fn roofline_notes(store_path: &Path, run: &str, steps: Option<&str>) -> anyhow::Result<()> {
-    let ctx = session_with_run(store_path, run).await?;
+async fn roofline_notes(
+    ctx: &datafusion::execution::context::SessionContext,
+    run: &str,
+    steps: Option<&str>,
+) -> anyhow::Result<()> {
     let range = steps
         .map(analyses::StepRange::parse)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let scope = analyses::data::Scope::load(&ctx, run, range).await?;
-    for note in analyses::roofline::notes(&ctx, run, &scope).await? {
+    let scope = analyses::data::Scope::load(ctx, run, range).await?;
+    for note in analyses::roofline::notes(ctx, run, &scope).await? {
         eprintln!("note: {note}");
     }
     Ok(())

@@ -4,6 +4,7 @@ use crate::args::{MaxRows, OutputFormat};
 use crate::output::{self, Expanded, Layout};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -94,9 +95,17 @@ pub async fn run_statement(
     let df = ctx.execute_logical_plan(plan).await?;
     let schema = df.schema().inner().clone();
     let task = std::sync::Arc::new(df.task_ctx());
-    // Operators that pause regularly, so that a cancelled statement stops working.
-    let plan = crate::cancel::yielding(df.create_physical_plan().await?)?;
-    let batches = datafusion::physical_plan::collect(plan, task).await?;
+    // Operators that pause regularly, and join filters that fail once this future is dropped,
+    // so that a cancelled statement stops working.
+    let stop = crate::cancel::StopOnDrop::default();
+    let plan = crate::cancel::yielding(df.create_physical_plan().await?, &stop.flag())?;
+    // On a task of its own (aborted when dropped), so that the caller sees Ctrl-C even while
+    // an operator is inside a long poll.
+    let batches = SpawnedTask::spawn(datafusion::physical_plan::collect(plan, task))
+        .join()
+        .await
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))??;
+    drop(stop);
     Ok((schema, batches))
 }
 
@@ -113,13 +122,14 @@ pub struct Show {
 }
 
 impl From<OutputFormat> for Show {
-    /// Every row, no timing: what analysis commands and scripts want.
+    /// Every row, no timing, tables that fit the terminal (expanded when nothing else fits):
+    /// what analysis commands want.
     fn from(format: OutputFormat) -> Show {
         Show {
             format,
             max_rows: MaxRows(None),
             timing: false,
-            expanded: Expanded::Off,
+            expanded: Expanded::Auto,
         }
     }
 }

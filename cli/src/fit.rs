@@ -9,8 +9,11 @@ use std::io::IsTerminal;
 /// make a 1100-column table.
 pub const DEFAULT_WIDTH: usize = 160;
 
-/// Text columns are never shortened below this many characters.
-pub const MIN_TEXT_WIDTH: usize = 24;
+/// Text columns are never shortened below this many characters (nor below their header):
+/// enough for a kernel's base name and the place where it differs from the others. A table
+/// that does not fit even so is shown expanded where the layout allows it
+/// ([`crate::output::Expanded::Auto`]).
+pub const MIN_TEXT_WIDTH: usize = 16;
 
 const ELLIPSIS: char = '…';
 
@@ -50,37 +53,40 @@ pub fn width(s: &str) -> usize {
     s.chars().count()
 }
 
+/// The width of a pretty table whose columns are `widths` characters wide: 3 characters per
+/// column (`| ` and ` `) and the closing `|`.
+pub fn table_width(widths: &[usize]) -> usize {
+    widths.iter().map(|w| w + 3).sum::<usize>() + 1
+}
+
 /// The widest a text column may be so that the whole table fits `total` characters.
-/// `widths` are the columns' natural widths (header included) and `text` says which may be
-/// shortened. The widest text columns give up characters first, none below
-/// [`MIN_TEXT_WIDTH`]. Returns one cap per column (`usize::MAX` for columns left alone).
-pub fn column_caps(widths: &[usize], text: &[bool], total: usize) -> Vec<usize> {
-    // pretty tables spend 3 characters per column ("| " and " ") plus the closing "|".
-    let table = |ws: &[usize]| ws.iter().map(|w| w + 3).sum::<usize>() + 1;
+/// `widths` are the columns' natural widths (header included), `headers` their headers'
+/// widths, and `text` says which may be shortened. One cap applies to every text column, so
+/// the widest give up characters first; the cap is the largest that fits, and never below
+/// [`MIN_TEXT_WIDTH`] or a column's header. Returns one cap per column (`usize::MAX` for
+/// columns left alone); [`capped_widths`] tells whether the table then fits.
+pub fn column_caps(widths: &[usize], headers: &[usize], text: &[bool], total: usize) -> Vec<usize> {
     let mut caps = vec![usize::MAX; widths.len()];
-    if table(widths) <= total {
+    if table_width(widths) <= total {
         return caps;
     }
-    let fixed: usize = widths
-        .iter()
-        .zip(text)
-        .filter(|(_, &t)| !t)
-        .map(|(w, _)| w + 3)
-        .sum::<usize>()
-        + 1;
     let shrinkable: Vec<usize> = (0..widths.len()).filter(|&i| text[i]).collect();
-    if shrinkable.is_empty() {
+    let Some(widest) = shrinkable.iter().map(|&i| widths[i]).max() else {
         return caps;
-    }
-    let budget = total.saturating_sub(fixed + 3 * shrinkable.len());
-    // The largest cap c with sum(min(w, c)) <= budget.
-    let fits = |c: usize| shrinkable.iter().map(|&i| widths[i].min(c)).sum::<usize>() <= budget;
-    let widest = shrinkable.iter().map(|&i| widths[i]).max().unwrap_or(0);
+    };
+    let width_at = |c: usize| {
+        let mut ws = widths.to_vec();
+        for &i in &shrinkable {
+            ws[i] = widths[i].min(c.max(headers[i]));
+        }
+        table_width(&ws)
+    };
+    // The largest cap c with a table of at most `total` characters (the width grows with c).
     let mut cap = MIN_TEXT_WIDTH;
     let (mut lo, mut hi) = (MIN_TEXT_WIDTH, widest);
     while lo <= hi {
         let mid = (lo + hi) / 2;
-        if fits(mid) {
+        if width_at(mid) <= total {
             cap = mid;
             lo = mid + 1;
         } else {
@@ -88,11 +94,17 @@ pub fn column_caps(widths: &[usize], text: &[bool], total: usize) -> Vec<usize> 
         }
     }
     for i in shrinkable {
-        if widths[i] > cap {
-            caps[i] = cap;
+        let c = cap.max(headers[i]);
+        if widths[i] > c {
+            caps[i] = c;
         }
     }
     caps
+}
+
+/// The columns' widths once capped by [`column_caps`].
+pub fn capped_widths(widths: &[usize], caps: &[usize]) -> Vec<usize> {
+    widths.iter().zip(caps).map(|(&w, &c)| w.min(c)).collect()
 }
 
 /// Shortens every value of a column to at most `cap` characters, keeping distinct values
@@ -399,17 +411,33 @@ mod tests {
     #[test]
     fn caps_shrink_the_widest_text_columns_to_fit() {
         // 3 columns: a number (10), a long name (800), a short text (20); total width 100.
-        let caps = column_caps(&[10, 800, 20], &[false, true, true], 100);
+        let headers = [4, 4, 4];
+        let caps = column_caps(&[10, 800, 20], &headers, &[false, true, true], 100);
         assert_eq!(caps[0], usize::MAX);
         assert_eq!(caps[2], usize::MAX, "short text columns keep their width");
         let table = 10 + 3 + caps[1] + 3 + 20 + 3 + 1;
         assert_eq!(table, 100, "{caps:?}");
         // Fits already: nothing changes.
-        assert!(column_caps(&[10, 50], &[false, true], 100)
+        assert!(column_caps(&[10, 50], &[4, 4], &[false, true], 100)
             .iter()
             .all(|&c| c == usize::MAX));
-        // Never below the minimum.
-        let caps = column_caps(&[100, 800], &[false, true], 50);
+        // Several text columns: one cap for all, below 24 where needed, and the table fits.
+        let widths = [800, 9, 9, 9, 9, 9, 9, 9, 40, 13];
+        let headers = [4, 8, 5, 9, 3, 3, 3, 3, 6, 5];
+        let text = [
+            true, false, false, false, false, false, false, false, true, true,
+        ];
+        let caps = column_caps(&widths, &headers, &text, 160);
+        assert_eq!(caps[0], 26, "the largest cap that fits: {caps:?}");
+        assert_eq!(table_width(&capped_widths(&widths, &caps)), 159);
+        let caps = column_caps(&widths, &headers, &text, 140);
+        assert!(caps[0] < 24, "{caps:?}");
+        assert_eq!(caps[0], caps[8]);
+        assert!(table_width(&capped_widths(&widths, &caps)) <= 140);
+        // Never below the minimum, nor below a header.
+        let caps = column_caps(&[100, 800], &[4, 4], &[false, true], 50);
         assert_eq!(caps[1], MIN_TEXT_WIDTH);
+        let caps = column_caps(&[100, 800], &[4, 30], &[false, true], 50);
+        assert_eq!(caps[1], 30);
     }
 }

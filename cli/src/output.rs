@@ -17,7 +17,8 @@ pub enum Expanded {
     #[default]
     Off,
     On,
-    /// Expanded only when the table would be wider than the terminal.
+    /// Expanded only when the table does not fit the terminal even with its text columns
+    /// shortened to [`fit::MIN_TEXT_WIDTH`]; its values are then shortened to the width too.
     Auto,
 }
 
@@ -158,21 +159,20 @@ fn write_table(
                 .fold(fit::width(n), usize::max)
         })
         .collect();
-    let natural = widths.iter().map(|w| w + 3).sum::<usize>() + 1;
-    let expanded = match layout.expanded {
-        Expanded::On => true,
-        Expanded::Auto => natural > layout.width,
-        Expanded::Off => false,
-    };
-    if expanded {
-        return write_expanded(out, &names, &columns);
+    if layout.expanded == Expanded::On {
+        return write_expanded(out, &names, &columns, None);
     }
+    let headers: Vec<usize> = names.iter().map(|n| fit::width(n)).collect();
     let text: Vec<bool> = schema
         .fields()
         .iter()
         .map(|f| is_text(f.data_type()))
         .collect();
-    let caps = fit::column_caps(&widths, &text, layout.width);
+    let caps = fit::column_caps(&widths, &headers, &text, layout.width);
+    let fitted = fit::table_width(&fit::capped_widths(&widths, &caps));
+    if layout.expanded == Expanded::Auto && fitted > layout.width {
+        return write_expanded(out, &names, &columns, Some(layout.width));
+    }
     for (column, &cap) in columns.iter_mut().zip(&caps) {
         if cap != usize::MAX {
             *column = fit::shorten_column(column, cap);
@@ -195,13 +195,27 @@ fn write_table(
     Ok(())
 }
 
-/// psql's expanded display: a `-[ RECORD n ]` line, then `column | value` per column.
+/// psql's expanded display: a `-[ RECORD n ]` line, then `column | value` per column. With a
+/// `width`, longer values are shortened (distinct ones kept distinct) so that lines fit it.
 fn write_expanded(
     out: &mut dyn Write,
     names: &[&str],
     columns: &[Vec<String>],
+    width: Option<usize>,
 ) -> anyhow::Result<()> {
     let name_width = names.iter().map(|n| fit::width(n)).max().unwrap_or(0);
+    let shortened: Vec<Vec<String>>;
+    let columns = match width {
+        Some(w) => {
+            let cap = w.saturating_sub(name_width + 3).max(fit::MIN_TEXT_WIDTH);
+            shortened = columns
+                .iter()
+                .map(|c| fit::shorten_column(c, cap))
+                .collect();
+            &shortened
+        }
+        None => columns,
+    };
     let rows = rows_of(columns);
     if rows.is_empty() {
         writeln!(out, "(0 rows)")?;
@@ -348,10 +362,11 @@ mod tests {
         assert!(x.starts_with("-[ RECORD 1 ]"), "{x}");
         assert!(x.contains(&format!("name | {long}\n")), "{x}");
         assert!(x.contains("n    | 2\n"), "{x}");
-        // Auto: expanded only when the table does not fit.
-        let auto = |width| {
+        // Auto: a table while shortened names make it fit; expanded, with values shortened
+        // to the width, when it cannot fit even so.
+        let auto = |batch: &RecordBatch, width| {
             render(
-                &batch,
+                batch,
                 OutputFormat::Table,
                 Layout {
                     expanded: Expanded::Auto,
@@ -359,8 +374,20 @@ mod tests {
                 },
             )
         };
-        assert!(auto(60).starts_with("-[ RECORD 1 ]"));
-        assert!(auto(1000).starts_with("+-"));
+        assert!(auto(&batch, 60).starts_with("+-"));
+        assert!(auto(&batch, 1000).starts_with("+-"));
+        let many: Vec<(String, ArrayRef)> = (0..8)
+            .map(|i| {
+                let c: ArrayRef = Arc::new(Int64Array::from(vec![123_456_789, i]));
+                (format!("column_{i}"), c)
+            })
+            .chain([("name".to_string(), batch.column(0).clone())])
+            .collect();
+        let wide = RecordBatch::try_from_iter(many).unwrap();
+        let x = auto(&wide, 60);
+        assert!(x.starts_with("-[ RECORD 1 ]"), "{x}");
+        assert!(x.lines().all(|l| fit::width(l) <= 60), "{x}");
+        assert!(x.contains("column_0 | 123456789\n"), "{x}");
         // Other formats keep full values.
         assert!(render(&batch, OutputFormat::Csv, narrow).contains(&long));
     }

@@ -5,7 +5,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{gpuq, stderr, stdout};
+use common::{gpuq, ok, stderr, stdout};
 
 /// Every file of the store with its bytes, except the writer's lock file.
 fn snapshot(store: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -1358,7 +1358,8 @@ fn a_stage_log_with_naive_times_asks_for_an_offset() {
     assert!(
         err.contains("stages.jsonl")
             && err.contains("line 1")
-            && err.contains("a UTC offset is needed"),
+            && err.contains("a UTC offset is needed")
+            && err.contains("--tz"),
         "{err}"
     );
     assert!(!err.contains("unrecognised format"), "{err}");
@@ -1368,6 +1369,43 @@ fn a_stage_log_with_naive_times_asks_for_an_offset() {
         "{}",
         stdout(&runs)
     );
+    // With the zone the log was written in, the same log is stored on the UTC epoch clock:
+    // 10:00 in Berlin in December is 09:00Z.
+    let out = ok(
+        &store,
+        &[
+            "ingest",
+            log.to_str().unwrap(),
+            "--run",
+            "s",
+            "--tz",
+            "Europe/Berlin",
+        ],
+    );
+    assert!(out.contains("1 event"), "{out}");
+    let rows = ok(
+        &store,
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT name, ts, dur FROM events WHERE run = 's'",
+        ],
+    );
+    assert_eq!(rows, "name,ts,dur\nload,1796202000000000000,5000000000\n");
+    let o = gpuq(
+        &store,
+        &[
+            "ingest",
+            log.to_str().unwrap(),
+            "--run",
+            "t",
+            "--tz",
+            "Berlin",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("IANA time zone"), "{}", stderr(&o));
 }
 
 /// A Kineto trace with one kernel of each name given, 10 µs each, one after another.

@@ -203,6 +203,89 @@ fn shell_output(store: &Path, args: &[&str], input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// The real traces under ../shared: a Kineto trace with long kernel names and an Nsight
+/// Systems export; empty (that part is skipped) without ../shared.
+fn real_traces() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
+    let traces: Vec<PathBuf> = [
+        "kineto/tracelens/h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "nsys/fuser_8fa9ec2_h100x2_report1.sqlite",
+    ]
+    .iter()
+    .map(|t| root.join(t))
+    .filter(|p| p.is_file())
+    .collect();
+    if traces.is_empty() {
+        eprintln!(
+            "skipped: the real traces of {} are not there",
+            root.display()
+        );
+    }
+    traces
+}
+
+/// Every analysis command's table output fits the terminal at 80, 120 and 160 columns, on
+/// generated and real traces: names shortened first, then (when even that is too wide) one
+/// `column | value` line per column.
+#[test]
+fn every_analysis_table_fits_the_terminal_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_two_runs(dir.path());
+    let mut runs = vec!["a".to_string()];
+    for (i, trace) in real_traces().iter().enumerate() {
+        let run = format!("real{i}");
+        ok(
+            &store,
+            &["ingest", "-q", trace.to_str().unwrap(), "--run", &run],
+        );
+        runs.push(run);
+    }
+    for width in [80, 120, 160] {
+        let mut commands: Vec<Vec<String>> = vec![vec![
+            "repeat".into(),
+            "--where".into(),
+            "run IN ('a', 'b')".into(),
+        ]];
+        for run in &runs {
+            for command in [
+                "top",
+                "gaps",
+                "util",
+                "breakdown",
+                "stages",
+                "roofline",
+                "skew",
+            ] {
+                commands.push(vec![command.into(), run.clone()]);
+            }
+            commands.push(vec!["gaps".into(), run.clone(), "--per-stream".into()]);
+        }
+        for args in &commands {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = gpuq_cmd(&store, &args)
+                .env("COLUMNS", width.to_string())
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+            let out = stdout(&o);
+            let widest = out.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+            assert!(
+                widest <= width,
+                "{args:?} at {width}: {widest} columns\n{out}"
+            );
+        }
+    }
+    // `top` at the default width of 160 is a table, names cut to what fits.
+    let top = stdout(
+        &gpuq_cmd(&store, &["top", "a"])
+            .env_remove("COLUMNS")
+            .output()
+            .unwrap(),
+    );
+    assert!(top.starts_with("+-"), "{top}");
+    assert!(top.lines().all(|l| l.chars().count() <= 160), "{top}");
+}
+
 /// Analysis tables: durations through fmt_dur, kernel names shortened to the width
 /// (COLUMNS), distinct names distinct, offsets from the run start beside timestamps; CSV keeps
 /// integers and full names.

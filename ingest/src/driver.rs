@@ -88,6 +88,9 @@ pub struct IngestOptions {
     pub step_pattern: Option<regex::Regex>,
     /// Skip (and count) unparsable lines of line-based formats instead of failing.
     pub lenient: bool,
+    /// The zone in which stage-log times without a UTC offset are local time (without one they
+    /// are an error; Python `logging` times are then UTC).
+    pub stage_log_zone: Option<stagelog::zone::LogZone>,
     /// Store files as one run even where they do not look like one job (see [`unrelated`]).
     pub merge_unrelated: bool,
     /// Host rows attributed at a time (a time window of the file) where a file is attributed
@@ -823,6 +826,7 @@ fn parse_source(
             stagelog::parse_onto(
                 std::io::BufReader::with_capacity(1 << 20, reader),
                 opts.lenient,
+                opts.stage_log_zone.as_ref(),
                 run_clock,
                 &mut |b| spool.push(b),
             )

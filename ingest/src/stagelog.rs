@@ -25,8 +25,9 @@
 //! * ISO-8601 / RFC 3339: `YYYY-MM-DDTHH:MM:SS[.fraction][offset]`, fraction of 1 to 9 digits
 //!   after `.` or `,`, offset `Z`, `z`, `±HH:MM`, `±HHMM` or `±HH`. Fields are range-checked
 //!   (month, day of that month, `HH <= 23`, `MM, SS <= 59`; no leap second). In JSON lines and
-//!   `key=value` lines the **offset is required**: a naive local time cannot be put on the
-//!   GPU's epoch clock. Inside a JSON string (and a quoted `time="..."` value) the date and time
+//!   `key=value` lines the **offset is required** unless a [`zone::LogZone`] (`--tz`) says
+//!   where naive times are local: a naive local time cannot otherwise be put on the GPU's
+//!   epoch clock. Inside a JSON string (and a quoted `time="..."` value) the date and time
 //!   may also be separated by `t` or a space.
 //! * Epoch: `DIGITS[.DIGITS]` (no sign, no exponent). The unit follows from the integer part
 //!   *I*: *I* < 10^11 seconds, < 10^14 milliseconds, < 10^17 microseconds, otherwise
@@ -72,8 +73,8 @@
 //! %(message)s'`) or `ASCTIME LEVEL NAME: MESSAGE` (`'%(asctime)s %(levelname)s %(name)s:
 //! %(message)s'`), with `ASCTIME` = `YYYY-MM-DD HH:MM:SS[,fraction][offset]` (the default is
 //! `2026-12-02 10:00:00,123`). Python writes local time without a zone: **an `asctime` without
-//! an offset is read as UTC** (set `logging.Formatter.converter = time.gmtime`, or add `%z` to
-//! `datefmt`). `LEVEL` is `[A-Z0-9_]+`. The line is a stage marker when the first word of the
+//! an offset is read as UTC**, or in the given zone (set `logging.Formatter.converter =
+//! time.gmtime`, or add `%z` to `datefmt`). `LEVEL` is `[A-Z0-9_]+`. The line is a stage marker when the first word of the
 //! message is `stage`, `stage:` or `[stage]` (followed by the stage name, bare or quoted, then
 //! the tokens of grammar 2) or starts with `stage=` (the tokens of grammar 2), e.g.
 //! `[stage] load begin`, `stage load end`, `stage="data prep" begin step=3`. Such a message
@@ -115,6 +116,7 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::BufRead;
+use zone::LogZone;
 
 const UNPARSABLE: &str = "unparsable lines skipped";
 /// The start of the error for a time without a UTC offset.
@@ -137,7 +139,7 @@ pub fn looks_like_stage_log(head: &str) -> bool {
     let mut first = true;
     let mut marker = false;
     for (i, line) in lines.iter().enumerate() {
-        match parse_line(line) {
+        match parse_line(line, None) {
             Ok(Line::Blank) => continue,
             Ok(Line::Other { .. }) => {}
             Ok(Line::Marker(_)) => marker = true,
@@ -160,14 +162,16 @@ pub fn parse(
     lenient: bool,
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
-    parse_onto(reader, lenient, None, sink)
+    parse_onto(reader, lenient, None, None, sink)
 }
 
-/// [`parse`] for a log added to a run whose traces are on `run_clock`: the stages are moved
-/// onto that clock, or the log is refused when its times do not overlap the run's.
+/// [`parse`] with naive times (no UTC offset) read as local time in `zone`, for a log added to
+/// a run whose traces are on `run_clock`: the stages are moved onto that clock, or the log is
+/// refused when its times do not overlap the run's.
 pub fn parse_onto(
     mut reader: impl BufRead,
     lenient: bool,
+    zone: Option<&LogZone>,
     run_clock: Option<&clock::RunClock>,
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
@@ -193,7 +197,7 @@ pub fn parse_onto(
             bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
         }
         let parsed = match std::str::from_utf8(bytes) {
-            Ok(text) => parse_line(text).map_err(|m| format!("{m}: {}", excerpt(text))),
+            Ok(text) => parse_line(text, zone).map_err(|m| format!("{m}: {}", excerpt(text))),
             Err(_) => Err("the line is not valid UTF-8".to_string()),
         };
         let outcome = match parsed {
@@ -298,23 +302,23 @@ struct Marker {
     args: Map<String, Value>,
 }
 
-fn parse_line(line: &str) -> Result<Line, String> {
+fn parse_line(line: &str, zone: Option<&LogZone>) -> Result<Line, String> {
     let line = line.trim();
     if line.is_empty() {
         return Ok(Line::Blank);
     }
     if line.starts_with('{') {
-        return json_line(line);
+        return json_line(line, zone);
     }
     if (date, char(' ')).parse(line).is_ok() {
-        return python_line(line);
+        return python_line(line, zone);
     }
     let starts_kv = line.starts_with(|c: char| c.is_ascii_digit())
         || ["ts=", "time=", "timestamp="]
             .iter()
             .any(|p| line.starts_with(p));
     if starts_kv {
-        return kv_line(line);
+        return kv_line(line, zone);
     }
     Err(
         "not a stage-log line (expected a JSON object, a timestamp followed by key=value \
@@ -424,9 +428,9 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Epoch ns of a parsed date-time; `default_offset` (seconds east) applies when it has none,
-/// and without one a missing offset is an error.
-fn civil_to_ns(c: &Civil<'_>, default_offset: Option<i64>) -> Result<i64, String> {
+/// Epoch ns of a parsed date-time; a time without an offset is local time in `zone`, and
+/// without one a missing offset is an error.
+fn civil_to_ns(c: &Civil<'_>, zone: Option<&LogZone>) -> Result<i64, String> {
     let (year, month, day) = c.date;
     let (hour, minute, second, frac) = c.clock;
     let year = i64::from(year);
@@ -448,13 +452,17 @@ fn civil_to_ns(c: &Civil<'_>, default_offset: Option<i64>) -> Result<i64, String
             }
             sign * (i64::from(h) * 3600 + i64::from(m) * 60)
         }
-        None => default_offset.ok_or_else(|| {
-            format!(
-                "{NAIVE_TIMESTAMP}: a UTC offset is needed (write the time with `Z` or \
-                 `+HH:MM`, e.g. 2026-12-02T10:00:00Z): a naive local time cannot be aligned \
-                 with the GPU clock"
-            )
-        })?,
+        None => match zone {
+            Some(zone) => zone.offset_at((year, month, day), (hour, minute, second))?,
+            None => {
+                return Err(format!(
+                    "{NAIVE_TIMESTAMP}: a UTC offset is needed to align it with the GPU clock: \
+                     write the time with `Z` or `+HH:MM` (e.g. 2026-12-02T10:00:00Z), or pass \
+                     --tz with the zone the log was written in (e.g. --tz Europe/Berlin or \
+                     --tz +01:00)"
+                ))
+            }
+        },
     };
     let frac_ns = match frac {
         None => 0,
@@ -527,12 +535,13 @@ fn iso_sep_any(c: char) -> bool {
     matches!(c, 'T' | 't' | ' ')
 }
 
-/// A whole token as a timestamp: ISO-8601 (offset required) or epoch. `loose` accepts the
-/// separators of [`iso_sep_any`] (JSON strings, quoted values).
-fn timestamp_ns(text: &str, loose: bool) -> Result<i64, String> {
+/// A whole token as a timestamp: ISO-8601 (without an offset: local time in `zone`, an error
+/// without one) or epoch. `loose` accepts the separators of [`iso_sep_any`] (JSON strings,
+/// quoted values).
+fn timestamp_ns(text: &str, loose: bool, zone: Option<&LogZone>) -> Result<i64, String> {
     let sep = if loose { iso_sep_any } else { iso_sep_t };
     match (civil(sep), eof).parse(text) {
-        Ok((_, (c, _))) => civil_to_ns(&c, None).map_err(|m| format!("timestamp {text:?}: {m}")),
+        Ok((_, (c, _))) => civil_to_ns(&c, zone).map_err(|m| format!("timestamp {text:?}: {m}")),
         Err(_) if date(text).is_ok() => Err(format!(
             "{text:?} is not an ISO-8601 timestamp (YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM))"
         )),
@@ -752,16 +761,16 @@ fn marker_from_tokens(
 // The three grammars
 
 /// Grammar 2: `TIMESTAMP TEXT` or `ts=TIMESTAMP TEXT`.
-fn kv_line(line: &str) -> Result<Line, String> {
+fn kv_line(line: &str, zone: Option<&LogZone>) -> Result<Line, String> {
     let (rest, ts) = match token(line) {
         Ok((rest, Tok::Pair(k @ ("ts" | "time" | "timestamp"), v, quoted))) => {
-            let ts = timestamp_ns(&v, quoted).map_err(|m| format!("{k}=: {m}"))?;
+            let ts = timestamp_ns(&v, quoted, zone).map_err(|m| format!("{k}=: {m}"))?;
             (rest, ts)
         }
-        Ok((rest, Tok::Word(w))) => (rest, timestamp_ns(&w, false)?),
+        Ok((rest, Tok::Word(w))) => (rest, timestamp_ns(&w, false, zone)?),
         _ => {
             let end = line.find(char::is_whitespace).unwrap_or(line.len());
-            return Err(timestamp_ns(&line[..end], false)
+            return Err(timestamp_ns(&line[..end], false, zone)
                 .err()
                 .unwrap_or_else(|| "malformed timestamp token".into()));
         }
@@ -812,12 +821,13 @@ fn colon_header(i: &str) -> Res<'_, (&str, &str)> {
     }
 }
 
-/// Grammar 3: a Python `logging` line.
-fn python_line(line: &str) -> Result<Line, String> {
+/// Grammar 3: a Python `logging` line; an `asctime` without an offset is in `zone`, else UTC.
+fn python_line(line: &str, zone: Option<&LogZone>) -> Result<Line, String> {
     let Ok((rest, c)) = civil(|c| c == ' ').parse(line) else {
         return Err("a date without a valid time (expected YYYY-MM-DD HH:MM:SS,mmm)".into());
     };
-    let ts = civil_to_ns(&c, Some(0)).map_err(|m| format!("timestamp: {m}"))?;
+    let ts = civil_to_ns(&c, Some(zone.unwrap_or(&LogZone::UTC)))
+        .map_err(|m| format!("timestamp: {m}"))?;
     let (message, (logger, level)) = match alt((dash_header, colon_header)).parse(rest) {
         Ok(r) => r,
         Err(_) => {
@@ -871,9 +881,9 @@ fn raw_number<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The timestamp of a JSON line from `key` (one of the timestamp keys).
-fn json_timestamp(line: &str, key: &str, v: &Value) -> Result<i64, String> {
+fn json_timestamp(line: &str, key: &str, v: &Value, zone: Option<&LogZone>) -> Result<i64, String> {
     match v {
-        Value::String(s) => timestamp_ns(s, true),
+        Value::String(s) => timestamp_ns(s, true, zone),
         Value::Number(_) => match raw_number(line, key) {
             Some(raw) => epoch_to_ns(raw),
             None => Err(format!("cannot read the number of {key:?}")),
@@ -887,7 +897,7 @@ fn json_timestamp(line: &str, key: &str, v: &Value) -> Result<i64, String> {
 const TS_KEYS: [&str; 3] = ["ts", "time", "timestamp"];
 
 /// Grammar 1: a JSON object.
-fn json_line(line: &str) -> Result<Line, String> {
+fn json_line(line: &str, zone: Option<&LogZone>) -> Result<Line, String> {
     let value: Value =
         serde_json::from_str(line).map_err(|e| format!("not a valid JSON object ({e})"))?;
     let Value::Object(mut map) = value else {
@@ -899,9 +909,10 @@ fn json_line(line: &str) -> Result<Line, String> {
         .filter(|k| map.contains_key(*k))
         .collect();
     let Some(stage) = map.remove("stage") else {
-        let ts = ts_keys
-            .first()
-            .and_then(|k| map.get(*k).and_then(|v| json_timestamp(line, k, v).ok()));
+        let ts = ts_keys.first().and_then(|k| {
+            map.get(*k)
+                .and_then(|v| json_timestamp(line, k, v, zone).ok())
+        });
         return Ok(Line::Other { ts });
     };
     let stage = match stage {
@@ -920,7 +931,7 @@ fn json_line(line: &str) -> Result<Line, String> {
         [] => return Err("a stage marker without \"ts\", \"time\" or \"timestamp\"".into()),
         [k] => {
             let v = map.remove(*k).unwrap_or(Value::Null);
-            json_timestamp(line, k, &v)?
+            json_timestamp(line, k, &v, zone)?
         }
         several => {
             return Err(format!(
@@ -1082,3 +1093,4 @@ impl Pairing {
 pub mod clock;
 #[cfg(test)]
 mod tests;
+pub mod zone;

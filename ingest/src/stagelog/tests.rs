@@ -114,7 +114,7 @@ fn epoch_timestamps_take_their_unit_from_the_magnitude() {
 
 #[test]
 fn iso_fields_are_range_checked() {
-    assert!(timestamp_ns("2028-02-29T00:00:00Z", false).is_ok());
+    assert!(timestamp_ns("2028-02-29T00:00:00Z", false, None).is_ok());
     for bad in [
         "2026-02-29T00:00:00Z",
         "2026-13-02T10:00:00Z",
@@ -129,14 +129,74 @@ fn iso_fields_are_range_checked() {
         "2026-12-02T10:00Z",
         "3000-01-01T00:00:00Z",
     ] {
-        assert!(timestamp_ns(bad, false).is_err(), "{bad}");
+        assert!(timestamp_ns(bad, false, None).is_err(), "{bad}");
     }
-    assert_eq!(timestamp_ns("2026-12-02 10:00:00Z", true), Ok(T0));
-    assert_eq!(timestamp_ns("1970-01-01T00:00:00Z", false), Ok(0));
-    assert_eq!(timestamp_ns("1969-12-31T23:59:59Z", false), Ok(-SEC));
+    assert_eq!(timestamp_ns("2026-12-02 10:00:00Z", true, None), Ok(T0));
+    assert_eq!(timestamp_ns("1970-01-01T00:00:00Z", false, None), Ok(0));
+    assert_eq!(timestamp_ns("1969-12-31T23:59:59Z", false, None), Ok(-SEC));
     let e = err("2026-12-02T10:00:00 stage=load begin\n");
     assert_eq!(e.at, Position::Line(1));
     assert!(e.message.contains("without a UTC offset"), "{e}");
+    assert!(e.message.contains("--tz"), "{e}");
+}
+
+/// Parses `text` with naive times local to `zone`: the stages, or the error.
+fn in_zone(text: &str, zone: &str) -> Result<Vec<(String, i64, i64)>, TraceError> {
+    let zone: zone::LogZone = zone.parse().unwrap();
+    let mut batches = Vec::new();
+    parse_onto(text.as_bytes(), false, Some(&zone), None, &mut |b| {
+        batches.push(b);
+        Ok(())
+    })?;
+    let schema = gpuq_engine::schema::TableKind::Events.file_schema();
+    Ok(stages(&concat_batches(&schema, &batches).unwrap()))
+}
+
+#[test]
+fn naive_times_are_local_to_the_given_zone() {
+    // 11:00 in Berlin in December is 10:00Z (T0); in July it would be 09:00Z.
+    let log = concat!(
+        r#"{"ts": "2026-12-02T11:00:00", "stage": "load", "event": "begin"}"#,
+        "\n",
+        "2026-12-02T11:00:02 stage=load end\n",
+        "2026-12-02 11:00:03,500 INFO train: stage=eval begin\n",
+        "time=\"2026-12-02 11:00:04\" stage=eval end\n",
+        "2026-12-02T10:00:05Z stage=zoned begin\n",
+        "1796205606 stage=zoned end\n",
+    );
+    assert_eq!(
+        in_zone(log, "Europe/Berlin").unwrap(),
+        vec![
+            s("load", T0, 2 * SEC),
+            s("eval", T0 + 3 * SEC + SEC / 2, SEC / 2),
+            s("zoned", T0 + 5 * SEC, SEC),
+        ]
+    );
+    assert_eq!(
+        in_zone(log, "+01:00").unwrap(),
+        in_zone(log, "Europe/Berlin").unwrap()
+    );
+    let summer = "2026-07-02T11:00:00 stage=a begin\n2026-07-02T11:00:01 stage=a end\n";
+    let july_9z = T0 - 153 * 86_400 * SEC - SEC * 3600;
+    assert_eq!(
+        in_zone(summer, "Europe/Berlin").unwrap(),
+        vec![s("a", july_9z, SEC)]
+    );
+    // Python lines without a zone stay UTC; with one they move.
+    let py = "2026-12-02 10:00:00,000 INFO t: stage=a begin\n2026-12-02 10:00:01,000 INFO t: stage=a end\n";
+    assert_eq!(stages(&ok(py).1), vec![s("a", T0, SEC)]);
+    assert_eq!(
+        in_zone(py, "-05:30").unwrap(),
+        vec![s("a", T0 + 19_800 * SEC, SEC)]
+    );
+    // A local time the clocks skipped is an error on its line, not a guess.
+    let e = in_zone(
+        "2026-03-29T01:59:00 stage=a begin\n2026-03-29T02:30:00 stage=a end\n",
+        "Europe/Berlin",
+    )
+    .unwrap_err();
+    assert_eq!(e.at, Position::Line(2));
+    assert!(e.message.contains("did not happen in Europe/Berlin"), "{e}");
 }
 
 #[test]

@@ -29,10 +29,8 @@
 
 use super::data::{collect, ints, walls, walls_with_stages, DeviceKey, OpClass, Scope, Timelines};
 use super::intervals::{intersect, length, subtract, union};
-use super::{batch, literal, no_checks, Call, Spec};
-use datafusion::arrow::array::{
-    ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
-};
+use super::{batch, literal, Call, Spec};
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
@@ -40,13 +38,8 @@ use futures::FutureExt;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub static BREAKDOWN: Spec = Spec {
-    name: "breakdown",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static BREAKDOWN: Spec =
+    Spec::of_run("breakdown", schema, |ctx, call| compute(ctx, call).boxed());
 
 const INT_COLUMNS: &[&str] = &[
     "span",
@@ -276,12 +269,12 @@ pub async fn load(
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
     scope.restrict(&mut timelines);
     let rows = load(&ctx, &call.run, &timelines, &scope).await?;
     let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.key.rank))),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.key.pid))),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.key.device))),

@@ -12,7 +12,7 @@
 //! | `idle_gaps` | the GPU is idle ≥ 5 % of its span; names the dominant gap cause | `gpu_gaps`, `breakdown` |
 //! | `launch_bound` | time chunks (30 per device) with GPU busy < 50 % where most kernels (≥ 20) are short (< 10 µs or shorter than their launch call) | `gpu_util`, `launch_stats` |
 //! | `sync_memcpy` | Nsight Systems' `cuda_memcpy_sync` rule: `cudaMemcpy*` (not `Async`) copies, except host-to-device ≤ 64 000 B and device-to-device; impact = the time the calls block *not* waiting for earlier queued work | `launch_stats` |
-//! | `memcpy_wait` | the part of those synchronous copy calls spent while the device was still busy with work queued before the copy: an implicit synchronisation (`.item()`, `.cpu()`), not a slow copy | `launch_stats`, `breakdown` |
+//! | `memcpy_wait` | the part of those synchronous copy calls spent while the copy's own stream was still busy with work queued before the copy: an implicit synchronisation (`.item()`, `.cpu()`), not a slow copy | `launch_stats`, `breakdown` |
 //! | `pageable_memcpy` | `cuda_memcpy_async`: `cudaMemcpy*Async` from or to pageable host memory (synchronous in fact) | memcpy names/args |
 //! | `sync_api` | `cuda_api_sync`: host calls that block until the GPU is done ([`HOST_SYNC_CALLS`](super::gaps::HOST_SYNC_CALLS): device, stream, event, context and thread forms, runtime and driver, CUDA and HIP; at most `medium`); their time is host time, unlike `breakdown`'s GPU-side `sync` column | `runtime` |
 //! | `exposed_memcpy` | copies not overlapped by compute or communication ≥ 5 % of busy | `breakdown` |
@@ -40,7 +40,7 @@ use super::roofline::{self, RooflineRow};
 use super::stages::load_step_stats;
 use super::stats::median_ints as median;
 use super::util::utilisation;
-use super::{batch, literal, no_checks, Call, Spec};
+use super::{batch, literal, Call, Spec};
 use crate::functions::durations::fmt_dur;
 use crate::functions::kernel_class::kernel_class;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -51,13 +51,8 @@ use futures::FutureExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub static FINDINGS: Spec = Spec {
-    name: "findings",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static FINDINGS: Spec =
+    Spec::of_run("findings", schema, |ctx, call| compute(ctx, call).boxed());
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -202,6 +197,21 @@ fn is_rocm(host: &Host, names: &Names) -> bool {
     hip > cuda
 }
 
+/// The busy intervals of each stream of each device (ops without a stream: one timeline per
+/// device).
+fn busy_by_stream(timelines: &Timelines) -> HashMap<(DeviceKey, Option<i64>), Vec<(i64, i64)>> {
+    let mut spans: HashMap<(DeviceKey, Option<i64>), Vec<(i64, i64)>> = HashMap::new();
+    for (key, ops) in &timelines.devices {
+        for o in ops {
+            spans
+                .entry((key.clone(), o.stream))
+                .or_default()
+                .push((o.start, o.end));
+        }
+    }
+    spans.into_iter().map(|(k, v)| (k, union(v))).collect()
+}
+
 /// All findings of a run, ordered.
 pub async fn load(ctx: &SessionContext, run: &str) -> Result<Vec<Finding>> {
     load_in(ctx, run, &Scope::whole()).await
@@ -330,16 +340,13 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
     }
 
     // Copies: Nsight Systems' cuda_memcpy_sync and cuda_memcpy_async rules. A synchronous
-    // copy call first waits for the work queued before it on the device, then copies: the
-    // wait is a synchronisation (memcpy_wait), only the rest is the copy's own cost.
-    let device_busy: HashMap<&DeviceKey, Vec<(i64, i64)>> = plain
-        .devices
-        .iter()
-        .map(|(key, ops)| (key, union(ops.iter().map(|o| (o.start, o.end)))))
-        .collect();
+    // copy call first waits for the work queued before it on its stream, then copies: the
+    // wait is a synchronisation (memcpy_wait), only the rest is the copy's own cost. Other
+    // streams busy meanwhile (a NCCL stream, a side stream) are not what the copy waited for.
+    let stream_busy = busy_by_stream(&plain);
     let sql = format!(
-        "SELECT rank, pid, device, correlation, bytes, copy_kind, name, args, ts, dur, step \
-         FROM memcpy WHERE run = {}",
+        "SELECT rank, pid, device, correlation, bytes, copy_kind, name, args, ts, dur, step, \
+         stream FROM memcpy WHERE run = {}",
         literal(run)
     );
     let (mut sync_n, mut sync_t, mut sync_b) = (0i64, 0i64, 0i64);
@@ -359,6 +366,7 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
         );
         let (kind, name, args) = (strings(&b, 5)?, strings(&b, 6)?, strings(&b, 7)?);
         let (ts, dur, step) = (ints(&b, 8)?, ints(&b, 9)?, ints(&b, 10)?);
+        let stream = ints(&b, 11)?;
         for i in 0..b.num_rows() {
             if !scope.keeps(step[i]) {
                 continue;
@@ -392,10 +400,10 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
                 }
             } else if !(kind == "HtoD" && n <= 64_000) && kind != "DtoD" {
                 let blocked = (l.end - l.start).max(dur[i].unwrap_or(0));
-                // Before the copy starts, the call waits while the device runs earlier work.
+                // Before the copy starts, the call waits while its stream runs earlier work.
                 let copy_start = ts[i].unwrap_or(l.start).clamp(l.start, l.end);
-                let wait = device_busy
-                    .get(&key)
+                let wait = stream_busy
+                    .get(&(key.clone(), stream[i]))
                     .map_or(0, |busy| covered(busy, l.start, copy_start));
                 if wait > 0 {
                     wait_n += 1;
@@ -420,7 +428,7 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
                 fmt_dur(wait_t)
             ),
             evidence: format!(
-                "the GPU was busy with earlier work for {} of the copy calls' time (longest wait \
+                "the copies' streams were busy with earlier work for {} of the copy calls' time (longest wait \
                  {}); the copies themselves block {} (sync_memcpy): the host waits for the \
                  queue to drain, an implicit synchronisation",
                 fmt_dur(wait_t),
@@ -775,10 +783,10 @@ fn roofline_finding(rows: &[RooflineRow], kernel_total: i64, span: i64) -> Optio
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let rows = load_in(&ctx, &call.run, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.severity),
         )),

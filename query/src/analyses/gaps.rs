@@ -389,13 +389,13 @@ pub fn scoped_gaps(
 }
 
 async fn gpu_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let (mut timelines, host, names, ranges) = load(&ctx, &call.run).await?;
     scope.restrict(&mut timelines);
     let min_gap = call.int(0).unwrap_or(0);
     let gaps = scoped_gaps(&timelines, &host, &names, &ranges, &scope, min_gap);
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); gaps.len()])),
+        call.run_column(gaps.len()),
         Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.rank))),
         Arc::new(Int64Array::from_iter(gaps.iter().map(|g| g.key.pid))),
         Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.device))),
@@ -461,7 +461,7 @@ pub fn per_stream_gaps(timelines: &Timelines, host: &Host, min_gap_ns: i64) -> V
 }
 
 async fn stream_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
     scope.restrict(&mut timelines);
     let mut names = Names::default();
@@ -475,7 +475,7 @@ async fn stream_gaps(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>
         })
         .collect();
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); gaps.len()])),
+        call.run_column(gaps.len()),
         Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.rank))),
         Arc::new(Int64Array::from_iter(gaps.iter().map(|g| g.key.pid))),
         Arc::new(Int32Array::from_iter(gaps.iter().map(|g| g.key.device))),

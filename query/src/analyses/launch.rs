@@ -18,8 +18,8 @@
 //! FROM launch_stats('llama-bs8') GROUP BY launch_name;
 //! ```
 
-use super::data::{Host, Names, OpClass, Scope, Timelines};
-use super::{batch, no_checks, Call, Spec};
+use super::data::{Host, Names, OpClass, Timelines};
+use super::{batch, Call, Spec};
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
 };
@@ -31,13 +31,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
-pub static LAUNCH_STATS: Spec = Spec {
-    name: "launch_stats",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static LAUNCH_STATS: Spec = Spec::of_run("launch_stats", schema, |ctx, call| {
+    compute(ctx, call).boxed()
+});
 
 fn schema() -> SchemaRef {
     let f = |n, t, null| Field::new(n, t, null);
@@ -145,11 +141,11 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
     let timelines = Timelines::load(&ctx, &call.run, false).await?;
     let mut names = Names::default();
     let host = Host::load(&ctx, &call.run, &mut names).await?;
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let mut rows = launches(&timelines, &host);
     rows.retain(|l| scope.keeps(l.step));
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.pid))),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.tid))),

@@ -151,6 +151,21 @@ impl Call {
     fn int(&self, i: usize) -> Option<i64> {
         self.ints.get(i).copied().flatten()
     }
+
+    /// The part of the run the call selects: the steps of its step range, or all of it.
+    pub(crate) async fn scope(&self, ctx: &SessionContext) -> Result<data::Scope> {
+        data::Scope::load(ctx, &self.run, self.steps).await
+    }
+
+    /// The `run` column of a result of `rows` rows (every analysis's first column).
+    pub(crate) fn run_column(&self, rows: usize) -> ArrayRef {
+        Arc::new(datafusion::arrow::array::StringArray::from(vec![
+            self.run
+                .as_str(
+                );
+            rows
+        ]))
+    }
 }
 
 type Compute = fn(SessionContext, Call) -> BoxFuture<'static, Result<Vec<RecordBatch>>>;
@@ -166,6 +181,24 @@ pub struct Spec {
     validate: fn(&Call) -> std::result::Result<(), String>,
 }
 
+impl Spec {
+    /// A table function of the run (and an optional step range) alone: no integer
+    /// parameters, nothing to check before it runs.
+    pub(crate) const fn of_run(
+        name: &'static str,
+        schema: fn() -> SchemaRef,
+        compute: Compute,
+    ) -> Spec {
+        Spec {
+            name,
+            params: &[],
+            schema,
+            compute,
+            validate: no_checks,
+        }
+    }
+}
+
 impl fmt::Debug for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Spec").field("name", &self.name).finish()
@@ -176,7 +209,7 @@ impl fmt::Debug for Spec {
 /// instance).
 const WITHOUT_STEPS: &[&str] = &["collective_skew"];
 
-pub(crate) fn no_checks(_: &Call) -> std::result::Result<(), String> {
+fn no_checks(_: &Call) -> std::result::Result<(), String> {
     Ok(())
 }
 

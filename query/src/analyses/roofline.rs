@@ -47,7 +47,7 @@
 //! ```
 
 use super::data::{collect, ints, strings, DeviceKey, Host, Names, OpClass, Scope, Timelines};
-use super::{batch, literal, no_checks, Call, Spec};
+use super::{batch, literal, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -58,13 +58,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub static ROOFLINE: Spec = Spec {
-    name: "roofline",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static ROOFLINE: Spec =
+    Spec::of_run("roofline", schema, |ctx, call| compute(ctx, call).boxed());
 
 fn schema() -> SchemaRef {
     let f = |n, t, null| Field::new(n, t, null);
@@ -732,7 +727,7 @@ fn gpu_name(gpus: &HashMap<(Option<i32>, i32), String>, key: &DeviceKey) -> Opti
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
     scope.restrict(&mut timelines);
     let host = Host::load(&ctx, &call.run, &mut Names::default()).await?;
@@ -747,7 +742,7 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
         Arc::new(Int64Array::from_iter_values(rows.iter().map(get)))
     };
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         s(|r| Some(r.op.as_str())),
         s(|r| r.dtype.as_deref()),
         s(|r| r.gpu.as_deref()),

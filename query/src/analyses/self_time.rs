@@ -19,7 +19,7 @@
 //! ```
 
 use super::data::{collect, ints, strings, Names, Scope};
-use super::{batch, literal, no_checks, Call, Spec};
+use super::{batch, literal, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -30,13 +30,8 @@ use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub static SELF_TIME: Spec = Spec {
-    name: "self_time",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static SELF_TIME: Spec =
+    Spec::of_run("self_time", schema, |ctx, call| compute(ctx, call).boxed());
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -156,10 +151,10 @@ pub async fn load(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let rows = load(&ctx, &call.run, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.kind.as_str()),

@@ -17,7 +17,7 @@
 //! ```
 
 use super::data::{collect, ints, strings};
-use super::{batch, literal, no_checks, Call, Spec};
+use super::{batch, literal, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -27,13 +27,9 @@ use futures::FutureExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub static COLLECTIVE_SKEW: Spec = Spec {
-    name: "collective_skew",
-    params: &[],
-    schema,
-    compute: |ctx, call| compute(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static COLLECTIVE_SKEW: Spec = Spec::of_run("collective_skew", schema, |ctx, call| {
+    compute(ctx, call).boxed()
+});
 
 fn schema() -> SchemaRef {
     let f = |name, t, null| Field::new(name, t, null);

@@ -33,7 +33,7 @@
 use super::data::{ranges, steps, walls_with_stages, Names, OpClass, Scope, Timelines};
 use super::intervals::{covered, intersect, length, union};
 use super::stats::median_ints as median;
-use super::{batch, no_checks, Call, Spec};
+use super::{batch, Call, Spec};
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
@@ -45,21 +45,13 @@ use regex::Regex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
-pub static STAGES: Spec = Spec {
-    name: "stages",
-    params: &[],
-    schema: stages_schema,
-    compute: |ctx, call| stages(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static STAGES: Spec = Spec::of_run("stages", stages_schema, |ctx, call| {
+    stages(ctx, call).boxed()
+});
 
-pub static STEP_STATS: Spec = Spec {
-    name: "step_stats",
-    params: &[],
-    schema: step_stats_schema,
-    compute: |ctx, call| step_stats(ctx, call).boxed(),
-    validate: no_checks,
-};
+pub static STEP_STATS: Spec = Spec::of_run("step_stats", step_stats_schema, |ctx, call| {
+    step_stats(ctx, call).boxed()
+});
 
 fn stages_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -240,10 +232,10 @@ async fn scoped_steps(
 }
 
 async fn stages(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let rows = load_stages_in(&ctx, &call.run, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.kind))),
         Arc::new(StringArray::from_iter_values(
@@ -371,12 +363,12 @@ pub async fn load_step_stats(
 }
 
 async fn step_stats(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let mut timelines = Timelines::load(&ctx, &call.run, false).await?;
     scope.restrict(&mut timelines);
     let rows = load_step_stats(&ctx, &call.run, &timelines, &scope).await?;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.rank))),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step))),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.ts))),

@@ -808,6 +808,48 @@ async fn a_copy_that_waits_for_queued_work_is_a_synchronisation_in_hip_words() {
     );
 }
 
+/// A synchronous copy on stream 7 called at 1 ms, after a kernel on stream 7 that runs until
+/// 10.1 ms; a collective on stream 20 keeps the device busy until 100.1 ms, and the copy only
+/// starts at 60 ms. The copy waited for its own stream (9.1 ms), not for the collective.
+const OTHER_STREAM_COPY_TRACE: &str = r###"{
+  "traceEvents": [
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 40, "dur": 20, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 100, "dur": 10000, "args": {"device": 0, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 12, "ts": 60, "dur": 20, "args": {"correlation": 3}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 20, "ts": 100, "dur": 100000, "args": {"device": 0, "stream": 20, "correlation": 3}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpy", "pid": 10, "tid": 11, "ts": 1000, "dur": 59100, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7, "ts": 60000, "dur": 45, "args": {"device": 0, "stream": 7, "correlation": 2, "bytes": 4194304}}
+  ]
+}"###;
+
+#[tokio::test]
+async fn a_copy_waits_for_its_own_stream_not_for_other_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("streams.json");
+    std::fs::write(&path, OTHER_STREAM_COPY_TRACE).unwrap();
+    ingest(&store, &path, "s");
+    let ctx = open_session(&store).await.unwrap();
+    let f = text_rows(
+        &ctx,
+        "SELECT category, impact_ns FROM findings('s') \
+         WHERE category IN ('memcpy_wait', 'sync_memcpy') ORDER BY category",
+    )
+    .await;
+    // Against the device's busy time the wait would be 59 ms (1 ms to 60 ms, all under the
+    // collective); on the copy's stream it ends with the gemm at 10.1 ms.
+    assert_eq!(
+        f,
+        vec![
+            vec!["memcpy_wait".to_string(), (9_100_000).to_string()],
+            vec![
+                "sync_memcpy".to_string(),
+                (59_100_000 - 9_100_000).to_string()
+            ],
+        ]
+    );
+}
+
 #[tokio::test]
 async fn an_enclosing_stage_log_changes_no_cause_and_no_trace_wall() {
     let cfg = SynthConfig::demo();

@@ -2,7 +2,7 @@
 //! With a step range (`top_kernels('r', 10, '3..5')`) only the kernels launched in the
 //! selected steps count.
 
-use super::data::{collect, Scope};
+use super::data::collect;
 use super::{literal, Call, Spec, StepRange};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::cast;
@@ -43,7 +43,7 @@ fn schema() -> SchemaRef {
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
     // Checks that the range selects a step of the run.
-    Scope::load(&ctx, &call.run, call.steps).await?;
+    call.scope(&ctx).await?;
     let sql = top_kernels_sql_in(&call.run, call.int(0).map(|n| n as usize), call.steps);
     let schema = schema();
     collect(&ctx, &sql)

@@ -20,11 +20,9 @@
 //! SELECT * FROM gpu_util('llama-bs8', 30, 50);  -- nsys analyze --rule gpu_time_util
 //! ```
 
-use super::data::{DeviceKey, Op, Scope, Timelines};
+use super::data::{DeviceKey, Op, Timelines};
 use super::{batch, Call, Spec};
-use datafusion::arrow::array::{
-    ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
-};
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
@@ -150,7 +148,7 @@ pub fn utilisation(timelines: &Timelines, chunks: i64, threshold: Option<f64>) -
 }
 
 async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
-    let scope = Scope::load(&ctx, &call.run, call.steps).await?;
+    let scope = call.scope(&ctx).await?;
     let mut timelines = Timelines::load(&ctx, &call.run, true).await?;
     scope.restrict(&mut timelines);
     let rows = utilisation(
@@ -159,7 +157,7 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
         call.int(1).map(|t| t as f64),
     );
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![call.run.as_str(); rows.len()])),
+        call.run_column(rows.len()),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.key.rank))),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.key.pid))),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.key.device))),

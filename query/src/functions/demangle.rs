@@ -1,10 +1,6 @@
 //! `demangle(name)` and `short_name(name)`: readable C++ kernel names.
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::error::Result;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
-};
+use datafusion::logical_expr::{Documentation, Signature};
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
@@ -144,47 +140,19 @@ static SHORT_DOC: LazyLock<Documentation> = LazyLock::new(|| {
     .build()
 });
 
+/// A scalar function of one text argument, `$f` applied to each distinct string.
 macro_rules! text_udf {
     ($ty:ident, $name:literal, $doc:ident, $f:expr) => {
-        impl $ty {
-            pub fn new() -> Self {
-                Self {
-                    signature: Signature::user_defined(Volatility::Immutable),
-                }
-            }
-        }
-
-        impl Default for $ty {
-            fn default() -> Self {
-                Self::new()
-            }
-        }
-
-        impl ScalarUDFImpl for $ty {
-            fn name(&self) -> &str {
-                $name
-            }
-
-            fn signature(&self) -> &Signature {
-                &self.signature
-            }
-
-            fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-                super::coerce_text_arg($name, arg_types)
-            }
-
-            fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-                Ok(DataType::Utf8)
-            }
-
-            fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        super::scalar_udf!(
+            $ty,
+            $name,
+            $doc,
+            super::coerce_text_arg,
+            datafusion::arrow::datatypes::DataType::Utf8,
+            |args: datafusion::logical_expr::ScalarFunctionArgs| {
                 super::map_text(&args.args[0], args.number_rows, $f)
             }
-
-            fn documentation(&self) -> Option<&Documentation> {
-                Some(&$doc)
-            }
-        }
+        );
     };
 }
 pub(crate) use text_udf;

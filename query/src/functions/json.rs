@@ -1,6 +1,7 @@
-//! JSON access in SQL: `json_get`, `json_get_int` and `json_get_float` read one value inside
-//! JSON text (`events.args`, `runs.metadata`, `runs.devices`) by a path of object keys and
-//! array indexes.
+//! JSON access in SQL: `json_get`, `json_get_int`, `json_get_float` and `json_get_json` read
+//! one value inside JSON text (`events.args`, `runs.metadata`, `runs.devices`) by a path of
+//! object keys and array indexes (the `->` and `->>` operators plan onto them:
+//! [`super::json_ops`]).
 //!
 //! Written on serde_json rather than taken from the `datafusion-functions-json` crate: its
 //! release for DataFusion 55 brings jiter, whose features on `lexical-core`, `ahash` and
@@ -13,9 +14,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{plan_err, ScalarValue};
 use datafusion::error::Result;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
-};
+use datafusion::logical_expr::{ColumnarValue, Documentation, ScalarFunctionArgs, Signature};
 use serde_json::Value;
 use std::sync::{Arc, LazyLock};
 
@@ -121,45 +120,16 @@ macro_rules! json_udf {
             signature: Signature,
         }
 
-        impl $ty {
-            pub fn new() -> Self {
-                Self {
-                    signature: Signature::user_defined(Volatility::Immutable),
-                }
-            }
-        }
-
-        impl Default for $ty {
-            fn default() -> Self {
-                Self::new()
-            }
-        }
-
-        impl ScalarUDFImpl for $ty {
-            fn name(&self) -> &str {
-                $name
-            }
-
-            fn signature(&self) -> &Signature {
-                &self.signature
-            }
-
-            fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-                coerce_json_args($name, arg_types)
-            }
-
-            fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-                Ok($result)
-            }
-
-            fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        super::scalar_udf!(
+            $ty,
+            $name,
+            $doc,
+            coerce_json_args,
+            $result,
+            |args: ScalarFunctionArgs| {
                 map_json(&args, $builder, |b, v| b.append_option(v.and_then($convert)))
             }
-
-            fn documentation(&self) -> Option<&Documentation> {
-                Some(&$doc)
-            }
-        }
+        );
     };
 }
 
@@ -257,6 +227,38 @@ json_udf!(
     JSON_GET_FLOAT_DOC,
     Float64Builder::new(),
     |v: &Value| v.as_f64()
+);
+
+static JSON_GET_JSON_DOC: LazyLock<Documentation> = LazyLock::new(|| {
+    Documentation::builder(
+        super::DOC_SECTION,
+        "The value inside JSON text at a path of object keys and array indexes, as JSON text (a \
+         string keeps its quotes); NULL where there is none. `json -> key` is this function.",
+        "json_get_json(json, key_or_index, ...)",
+    )
+    .with_sql_example("SELECT json_get_json('{\"a\": {\"b\": \"x\"}}', 'a'); -- '{\"b\":\"x\"}'")
+    .with_argument("json", "JSON text, such as events.args or runs.metadata")
+    .with_argument(
+        "key_or_index",
+        "an object key (text) or an array index (integer)",
+    )
+    .build()
+});
+
+json_udf!(
+    /// `json_get_json(json, key_or_index, ...) -> Utf8`: the value at the path as compact JSON
+    /// text (`"x"` for a string, `null` for JSON null), NULL where there is none: what
+    /// Postgres' `json -> key` gives, and what `->` plans to ([`super::json_ops`]).
+    ///
+    /// ```sql
+    /// SELECT args -> 'Input Dims' FROM cpu_ops;
+    /// ```
+    JsonGetJson,
+    "json_get_json",
+    DataType::Utf8,
+    JSON_GET_JSON_DOC,
+    StringBuilder::new(),
+    |v: &Value| Some(v.to_string())
 );
 
 #[cfg(test)]

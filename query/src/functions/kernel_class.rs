@@ -3,11 +3,8 @@
 //! ([`ClassRules`], installed once per process by [`install_user_rules`]).
 
 use super::demangle::{demangle, short_name, text_udf};
-use datafusion::arrow::datatypes::DataType;
 use datafusion::error::Result;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
-};
+use datafusion::logical_expr::{Documentation, Signature};
 use regex::Regex;
 use std::sync::{LazyLock, RwLock};
 

@@ -9,7 +9,8 @@
 //! | [`fmt_dur(ns)`, `dur(text)`](durations) | scalar | human durations and back |
 //! | [`kernel_class(name)`](kernel_class) | scalar | gemm, conv, attention, ... |
 //! | [`demangle(name)`, `short_name(name)`](demangle) | scalar | C++ kernel names |
-//! | [`json_get(json, key_or_index, ...)`, `json_get_int`, `json_get_float`](json) | scalar | a value inside JSON text (`args`, `runs.metadata`) |
+//! | [`json_get(json, key_or_index, ...)`, `json_get_int`, `json_get_float`, `json_get_json`](json) | scalar | a value inside JSON text (`args`, `runs.metadata`) |
+//! | [`json -> key_or_index`, `json ->> key_or_index`](json_ops) | operator | JSON text / text of a value inside JSON text |
 //!
 //! Intervals are half-open `[ts, ts + dur)` in nanoseconds. Everywhere, a row with a NULL `ts`/`dur`
 //! or a negative `dur` is not an interval: scalar functions return NULL for it, aggregates skip it.
@@ -19,6 +20,7 @@ pub mod demangle;
 pub mod durations;
 pub mod gap;
 pub mod json;
+pub mod json_ops;
 pub mod kernel_class;
 pub mod overlap;
 
@@ -27,6 +29,7 @@ use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
+use datafusion::execution::FunctionRegistry;
 use datafusion::logical_expr::{AggregateUDF, ColumnarValue, DocSection, ScalarUDF, WindowUDF};
 use std::collections::HashMap;
 
@@ -48,6 +51,10 @@ pub fn register_all(ctx: &SessionContext) {
     for f in window_functions() {
         ctx.register_udwf(f);
     }
+    ctx.state_ref()
+        .write()
+        .register_expr_planner(std::sync::Arc::new(json_ops::JsonOperators))
+        .expect("a session state accepts expression planners");
 }
 
 /// The scalar functions (for registries other than a [`SessionContext`]).
@@ -62,6 +69,7 @@ pub fn scalar_functions() -> Vec<ScalarUDF> {
         ScalarUDF::from(json::JsonGet::new()),
         ScalarUDF::from(json::JsonGetInt::new()),
         ScalarUDF::from(json::JsonGetFloat::new()),
+        ScalarUDF::from(json::JsonGetJson::new()),
     ]
 }
 
@@ -77,6 +85,66 @@ pub fn aggregate_functions() -> Vec<AggregateUDF> {
 pub fn window_functions() -> Vec<WindowUDF> {
     vec![WindowUDF::from(gap::Gap::new())]
 }
+
+/// Implements a scalar function on `$ty`, a struct holding its `signature`: `new` and
+/// `Default` (a user-defined signature), and `ScalarUDFImpl` with the name, the documentation
+/// `$doc`, argument coercion by `$coerce(name, arg_types)`, the result type `$result` and the
+/// body `$invoke(args: ScalarFunctionArgs)`.
+macro_rules! scalar_udf {
+    ($ty:ident, $name:literal, $doc:ident, $coerce:expr, $result:expr, $invoke:expr) => {
+        impl $ty {
+            pub fn new() -> Self {
+                Self {
+                    signature: datafusion::logical_expr::Signature::user_defined(
+                        datafusion::logical_expr::Volatility::Immutable,
+                    ),
+                }
+            }
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl datafusion::logical_expr::ScalarUDFImpl for $ty {
+            fn name(&self) -> &str {
+                $name
+            }
+
+            fn signature(&self) -> &datafusion::logical_expr::Signature {
+                &self.signature
+            }
+
+            fn coerce_types(
+                &self,
+                arg_types: &[datafusion::arrow::datatypes::DataType],
+            ) -> datafusion::error::Result<Vec<datafusion::arrow::datatypes::DataType>> {
+                ($coerce)($name, arg_types)
+            }
+
+            fn return_type(
+                &self,
+                _arg_types: &[datafusion::arrow::datatypes::DataType],
+            ) -> datafusion::error::Result<datafusion::arrow::datatypes::DataType> {
+                Ok($result)
+            }
+
+            fn invoke_with_args(
+                &self,
+                args: datafusion::logical_expr::ScalarFunctionArgs,
+            ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
+                ($invoke)(args)
+            }
+
+            fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+                Some(&$doc)
+            }
+        }
+    };
+}
+pub(crate) use scalar_udf;
 
 /// Coercion for the text functions: keep string and dictionary-of-string arguments (so a
 /// dictionary-encoded `name` column is classified once per distinct value), cast anything else
