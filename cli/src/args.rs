@@ -17,6 +17,11 @@ pub struct Cli {
     /// kernel_class() and every analysis [default: <store>/kernel_classes.txt if present]
     #[arg(long, global = true, value_name = "FILE")]
     pub classes: Option<PathBuf>,
+    /// How long a command that writes waits for another writer's store lock before it gives
+    /// up (e.g. 30s, 10min; 0: not at all; inf: for ever) [default: 10min]
+    #[arg(long, global = true, env = "GPUQ_LOCK_TIMEOUT", value_name = "DURATION",
+          value_parser = parse_lock_timeout)]
+    pub lock_timeout: Option<LockTimeout>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -475,6 +480,21 @@ fn parse_duration(s: &str) -> Result<i64, String> {
 
 fn parse_zone(s: &str) -> Result<gpuq_ingest::stagelog::zone::LogZone, String> {
     s.parse()
+}
+
+/// How long a writer waits for the store lock; `None`: for ever.
+#[derive(Debug, Clone, Copy)]
+pub struct LockTimeout(pub Option<std::time::Duration>);
+
+fn parse_lock_timeout(s: &str) -> Result<LockTimeout, String> {
+    if matches!(s.trim(), "inf" | "infinity" | "none") {
+        return Ok(LockTimeout(None));
+    }
+    let ns = parse_duration(s.trim())
+        .map_err(|_| format!("{s:?} is not a lock timeout (e.g. 30s, 10min, 0, inf)"))?;
+    Ok(LockTimeout(Some(std::time::Duration::from_nanos(
+        ns as u64,
+    ))))
 }
 
 /// The stored tables `gpuq files` lists.

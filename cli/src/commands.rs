@@ -17,6 +17,9 @@ use std::process::ExitCode;
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let store_path = store_dir(cli.store);
+    if let Some(t) = cli.lock_timeout {
+        let _ = LOCK_TIMEOUT.set(t.0);
+    }
     load_class_rules(cli.classes.as_deref(), &store_path)?;
     match cli.command {
         Command::Ingest {
@@ -496,8 +499,16 @@ fn load_class_rules(flag: Option<&Path>, store: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--lock-timeout` / `GPUQ_LOCK_TIMEOUT`, when given: how long writers wait for the lock.
+static LOCK_TIMEOUT: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+
 fn open_store(path: &Path) -> anyhow::Result<Store> {
-    Store::open(path).with_context(|| format!("cannot open the store at {}", path.display()))
+    let store = Store::open(path)
+        .with_context(|| format!("cannot open the store at {}", path.display()))?;
+    Ok(match LOCK_TIMEOUT.get() {
+        Some(&t) => store.with_lock_timeout(t),
+        None => store,
+    })
 }
 
 struct Bar(Option<ProgressBar>);

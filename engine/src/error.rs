@@ -24,6 +24,19 @@ pub enum Error {
     /// A manifest file that does not parse.
     #[error("corrupt manifest {}: {reason}", path.display())]
     CorruptManifest { path: PathBuf, reason: String },
+    /// Another process held the store's writer lock for longer than this writer would wait.
+    #[error(
+        "gave up waiting for the store lock {} after {:.1} s: it is held by {} (another \
+         writer still at work; if it hangs, end that process)",
+        path.display(),
+        *waited_ms as f64 / 1000.0,
+        holder.map_or("another process".to_string(), |p| format!("pid {p}"))
+    )]
+    LockTimeout {
+        path: PathBuf,
+        holder: Option<u32>,
+        waited_ms: u64,
+    },
     /// Another writer committed the version this writer wanted to create.
     #[error("manifest version {0} was committed by another writer")]
     Conflict(u64),

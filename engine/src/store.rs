@@ -12,7 +12,7 @@ use crate::run_id::RunId;
 use crate::schema::TableKind;
 use datafusion::arrow::array::RecordBatch;
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,11 +34,16 @@ pub const AUTO_COMPACT_PARTS: usize = 8;
 /// many parts by design, and rewriting it after every append would double the ingest.
 pub const TINY_PART_ROWS: u64 = 1 << 16;
 
+mod lock;
+pub use lock::DEFAULT_LOCK_TIMEOUT;
+
 /// A store opened for reading. Cheap to clone; never blocks on writers.
 #[derive(Debug, Clone)]
 pub struct Store {
     paths: StorePaths,
     cache: Arc<Mutex<Option<(String, Arc<Manifest>)>>>,
+    /// How long [`Store::writer`] waits for another writer's lock (`None`: for ever).
+    lock_timeout: Option<std::time::Duration>,
 }
 
 impl Store {
@@ -54,7 +59,15 @@ impl Store {
         Ok(Store {
             paths,
             cache: Arc::new(Mutex::new(None)),
+            lock_timeout: Some(DEFAULT_LOCK_TIMEOUT),
         })
+    }
+
+    /// The same store, its writers waiting at most `timeout` for another writer's lock
+    /// (`None`: for ever; zero: not at all) instead of [`DEFAULT_LOCK_TIMEOUT`].
+    pub fn with_lock_timeout(mut self, timeout: Option<std::time::Duration>) -> Store {
+        self.lock_timeout = timeout;
+        self
     }
 
     pub fn paths(&self) -> &StorePaths {
@@ -111,17 +124,10 @@ impl Store {
         Err(first_error.expect("at least one manifest was tried"))
     }
 
-    /// Takes the single-writer lock (waiting for another writer to finish) and removes what
-    /// crashed writers left behind.
+    /// Takes the single-writer lock (waiting for another writer to finish, up to the store's
+    /// lock timeout, and saying so on stderr) and removes what crashed writers left behind.
     pub fn writer(&self) -> Result<StoreWriter> {
-        let lock_path = self.paths.lock_file();
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(Error::io(&lock_path))?;
-        lock.lock().map_err(Error::io(&lock_path))?;
+        let lock = lock::acquire(&self.paths.lock_file(), self.lock_timeout)?;
         let base = (*self.manifest()?).clone();
         let writer = StoreWriter {
             store: self.clone(),

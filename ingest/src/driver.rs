@@ -6,6 +6,7 @@ use crate::events::{HostStructure, Kind, RangeRules};
 use crate::kineto;
 use crate::launches::LaunchIndexWriter;
 use crate::nsys;
+use crate::part_bytes;
 use crate::redact;
 use crate::resolve::{resolve_counters, Resolver};
 use crate::rocprof;
@@ -286,6 +287,12 @@ pub fn ingest(
         for (f, named) in &files {
             match Source::open(f, opts.format) {
                 Ok(s) => sources.push(s),
+                // A file named as rocprofv3 names its tables is one, damaged: the adapter
+                // says what is wrong (a missing column, binary content), rather than the run
+                // being stored without its rows.
+                Err(_) if !named && rocprof::named_as_output(f) => {
+                    sources.push(Source::by_name(f, Format::Rocprof).map_err(io_error(f))?)
+                }
                 // A directory may hold other files (READMEs, stats): only named files must be
                 // traces.
                 Err(_) if !named => {}
@@ -1031,7 +1038,7 @@ fn write_counters(
             .and_then(|group| {
                 group
                     .iter()
-                    .map(|f| Ok(resolve_counters(&f.decode()?, rank, time_base_ns)))
+                    .map(|f| resolve_counters(&f.decode()?, rank, time_base_ns))
                     .collect::<std::io::Result<Vec<RecordBatch>>>()
             })
             .map_err(io_error(Path::new("counter spool")))?;
@@ -1064,7 +1071,7 @@ impl PartContext<'_> {
         let groups = Mutex::new(groups.enumerate());
         let written = Mutex::new(Vec::new());
         let failure: Mutex<Option<IngestError>> = Mutex::new(None);
-        let write = |group: Vec<T>| -> Result<(StagedFile, Facts), IngestError> {
+        let write = |group: Vec<T>| -> Result<Vec<(StagedFile, Facts)>, IngestError> {
             let resolved = group
                 .par_iter()
                 .with_max_len(1)
@@ -1072,8 +1079,13 @@ impl PartContext<'_> {
                 .collect::<std::io::Result<Vec<RecordBatch>>>()
                 .map_err(io_error(Path::new("spool")))?;
             drop(group);
-            let facts = Facts::of(&resolved, self.host_span);
-            Ok((self.writer.write_part(TableKind::Events, resolved)?, facts))
+            part_bytes::split(resolved, part_bytes::PART_STRING_BYTES)
+                .into_iter()
+                .map(|part| {
+                    let facts = Facts::of(&part, self.host_span);
+                    Ok((self.writer.write_part(TableKind::Events, part)?, facts))
+                })
+                .collect()
         };
         let worker = || loop {
             if lock(&failure).is_some() {
@@ -1103,7 +1115,7 @@ impl PartContext<'_> {
         }
         let mut written = written.into_inner().unwrap_or_else(|e| e.into_inner());
         written.sort_unstable_by_key(|(i, _)| *i);
-        Ok(written.into_iter().map(|(_, part)| part).collect())
+        Ok(written.into_iter().flat_map(|(_, parts)| parts).collect())
     }
 }
 
@@ -1527,17 +1539,17 @@ impl<'a> DirectParts<'a> {
     }
 
     fn write(&self, group: Vec<RecordBatch>) -> Result<(), ()> {
-        let facts = Facts::of(&group, self.ctx.host_span);
-        match self.ctx.writer.write_part(TableKind::Events, group) {
-            Ok(file) => {
-                lock(&self.written).push((file, facts));
-                Ok(())
-            }
-            Err(e) => {
-                lock(&self.error).get_or_insert(e.into());
-                Err(())
+        for part in part_bytes::split(group, part_bytes::PART_STRING_BYTES) {
+            let facts = Facts::of(&part, self.ctx.host_span);
+            match self.ctx.writer.write_part(TableKind::Events, part) {
+                Ok(file) => lock(&self.written).push((file, facts)),
+                Err(e) => {
+                    lock(&self.error).get_or_insert(e.into());
+                    return Err(());
+                }
             }
         }
+        Ok(())
     }
 
     /// Writes what is pending; the parts written, or the first error.

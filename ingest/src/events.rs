@@ -37,6 +37,35 @@ pub(crate) fn null_column(data_type: &DataType, len: usize) -> ArrayRef {
     array.slice(0, len)
 }
 
+/// The longest event name stored, in bytes. The longest real names (C++ template kernels)
+/// are tens of KB; past this a name is damage or an attack, refused as bad input before it
+/// costs memory and time downstream.
+pub const MAX_NAME_BYTES: usize = 1 << 20;
+
+/// The longest `args` text stored, in bytes: room for call stacks and input shapes of real
+/// traces (a few KB at most), far below Arrow's 2 GiB per string array.
+pub const MAX_ARGS_BYTES: usize = 16 << 20;
+
+/// Why an event's name or `args` is refused, if it is: longer than [`MAX_NAME_BYTES`] or
+/// [`MAX_ARGS_BYTES`].
+pub fn oversized(name_bytes: usize, args_bytes: usize) -> Option<String> {
+    let mib = |n: usize| n as f64 / (1 << 20) as f64;
+    if name_bytes > MAX_NAME_BYTES {
+        return Some(format!(
+            "an event name of {:.1} MiB; names are limited to {} MiB",
+            mib(name_bytes),
+            MAX_NAME_BYTES >> 20
+        ));
+    }
+    (args_bytes > MAX_ARGS_BYTES).then(|| {
+        format!(
+            "an args text of {:.1} MiB; args are limited to {} MiB",
+            mib(args_bytes),
+            MAX_ARGS_BYTES >> 20
+        )
+    })
+}
+
 /// Index of each kind in [`schema::KINDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

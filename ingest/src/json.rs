@@ -798,6 +798,50 @@ fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
     memchr::memchr2(b'"', b'\\', bytes)
 }
 
+/// Offset in `text` of a `}` that is followed, after whitespace only, by `,` and `{`: how
+/// one element of an array of objects ends and the next begins. Inside one trace event this
+/// only happens within a string or an array of objects in its `args`, or where a damaged
+/// quote turned the events after it into the inside of a string that a second damaged quote
+/// ends: the bracket scan then sees those events as part of this one's `args` (which the
+/// parser does not read), and they would be lost. A hit is checked by
+/// [`strictly_valid`]; the search itself runs at memchr speed over bytes already in cache.
+pub fn element_boundary(text: &[u8]) -> Option<usize> {
+    let after_ws = |mut j: usize| {
+        while matches!(text.get(j), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            j += 1;
+        }
+        j
+    };
+    memchr::memchr_iter(b'}', text).find(|&i| {
+        let comma = after_ws(i + 1);
+        text.get(comma) == Some(&b',') && text.get(after_ws(comma + 1)) == Some(&b'{')
+    })
+}
+
+/// Whether `text` is one JSON value and nothing else, checked token by token (strings,
+/// escapes, numbers, literals, brackets): for the rare event whose raw text
+/// [`element_boundary`] finds suspicious. The error: its offset in `text`, and what is wrong.
+pub fn strictly_valid(text: &[u8]) -> std::result::Result<(), (usize, String)> {
+    let e = match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    // serde_json counts lines from 1 and bytes of a line from 1.
+    let line_start = match e.line() {
+        0 | 1 => 0,
+        n => memchr::memchr_iter(b'\n', text)
+            .nth(n - 2)
+            .map_or(text.len(), |i| i + 1),
+    };
+    let at = (line_start + e.column().saturating_sub(1)).min(text.len());
+    let message = e.to_string();
+    let message = match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message,
+    };
+    Err((at, message))
+}
+
 /// Bit k of the result: the XOR of bits 0..=k of `x`.
 fn prefix_xor(mut x: u64) -> u64 {
     x ^= x << 1;

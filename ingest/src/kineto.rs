@@ -36,6 +36,15 @@ use std::sync::LazyLock;
 /// (batches of ~3 K events) took 8 % longer to ingest than blocks of 16 MB; larger ones gain
 /// nothing more.
 const READ_BYTES: usize = 16 << 20;
+/// The longest event accepted: a name and an `args` at their limits
+/// ([`crate::events::MAX_NAME_BYTES`], [`crate::events::MAX_ARGS_BYTES`]) and room for the
+/// rest. The splitter stops reading an event past this, so that a damaged or hostile one (a
+/// name of gigabytes in a small compressed file) is an error after reading this much of it,
+/// not after the memory and time of the whole.
+const MAX_EVENT_BYTES: usize = 32 << 20;
+/// The longest value of a top-level key other than `traceEvents` (metadata: device
+/// properties, distributed info, a few KB in real traces).
+const MAX_TOP_LEVEL_BYTES: usize = 64 << 20;
 /// Bytes of the first read.
 const FIRST_READ_BYTES: usize = 64 << 10;
 /// Spare read buffers returned by the parser for reuse (no fresh pages to fault in).
@@ -184,6 +193,21 @@ pub fn parse_into(
                 .ok_or_else(|| {
                     TraceError::at_byte(offset, None, "baseTimeNanoseconds is not an integer")
                 })?;
+            if let Some((first, last)) = trace.event_span {
+                let base = trace.time_base_ns;
+                if first.checked_add(base).is_none() || last.checked_add(base).is_none() {
+                    return Err(TraceError::at_byte(
+                        offset,
+                        None,
+                        format!(
+                            "baseTimeNanoseconds {base} plus the events' times ({first} to \
+                             {last} ns) passes the limit of 64-bit nanoseconds \
+                             ({}); a damaged value?",
+                            i64::MAX
+                        ),
+                    ));
+                }
+            }
         }
         trace.top_level.insert(key, value);
     }
@@ -252,6 +276,9 @@ impl ParsedTrace {
         self.kernels += out.n_kernels;
         self.complete_events += out.n_complete;
         self.missing_dur += out.n_missing_dur;
+        if let Some((lo, hi)) = out.event_span {
+            widen(&mut self.event_span, lo, hi);
+        }
         Ok(())
     }
 }
@@ -404,6 +431,13 @@ impl<R: Read> Stream<R> {
             };
             if let Some(end) = end {
                 return Ok(end);
+            }
+            if self.end - self.pos > MAX_TOP_LEVEL_BYTES {
+                return Err(self.err(format!(
+                    "a top-level value longer than {} MiB (the limit; metadata of real \
+                     traces is a few KB): a damaged trace?",
+                    MAX_TOP_LEVEL_BYTES >> 20
+                )));
             }
             let keep = self.pos;
             if !self.fill(keep)? {
@@ -576,6 +610,19 @@ fn split_events(
             None => {}
         }
         // The buffer ends inside an event: hand over the complete ones, then read on.
+        if s.end - s.pos > MAX_EVENT_BYTES {
+            return Err(TraceError::at_byte(
+                s.base + s.pos as u64,
+                Some(*next_event + ranges.len() as u64),
+                format!(
+                    "an event longer than {} MiB (names are limited to {} MiB, args to {} \
+                     MiB): a damaged trace?",
+                    MAX_EVENT_BYTES >> 20,
+                    crate::events::MAX_NAME_BYTES >> 20,
+                    crate::events::MAX_ARGS_BYTES >> 20
+                ),
+            ));
+        }
         hand_over(s, tx, &mut ranges, next_event);
         progress(s.read_total);
         let keep = s.pos;
@@ -665,6 +712,8 @@ struct BlockOut {
     n_kernels: u64,
     n_complete: u64,
     n_missing_dur: u64,
+    /// The earliest `ts` and latest `ts + dur` of the events kept.
+    event_span: Option<(i64, i64)>,
     /// The last legacy flow arrow's head (`"ph": "f"`, `"cat": "cpu_to_cuda"`): `(tid, ts,
     /// id)`. The kernel it points at follows it in the file, at the same `tid` and `ts`.
     legacy_flow: Option<(Option<i64>, i64, i64)>,
@@ -735,6 +784,20 @@ fn parse_block(block: &Block, step_pattern: Option<&regex::Regex>) -> ParsedBloc
             for (j, &(a, b, object)) in chunk.iter().enumerate() {
                 let index = block.first_event + (i * per + j) as u64;
                 let (a, b) = relative((a, b));
+                if let Some(k) = json::element_boundary(&bytes[a..b]) {
+                    if let Err((at, why)) = json::strictly_valid(&bytes[a..b]) {
+                        return Err(TraceError::at_byte(
+                            offset + (a + at) as u64,
+                            Some(index),
+                            format!(
+                                "damaged event ({why}): a missing or stray quote (\") makes \
+                                 it run on past the end of one event and the start of the \
+                                 next (byte {}), and the events in between would be lost",
+                                offset + (a + k) as u64
+                            ),
+                        ));
+                    }
+                }
                 let event = match text {
                     Some(text) => Cursor::at_text(&text[..b], a),
                     None => Cursor::at(&bytes[..b], a),
@@ -916,8 +979,9 @@ const HOUR_NS: i64 = 3_600_000_000_000;
 /// Whether the event at `event` (at its `{`) is of a phase skipped whatever else it holds
 /// (flows, metadata: a third of a training trace's events), found without parsing it: Kineto
 /// writes `"ph"` first. Such an event is then not read further: like the `args` objects the
-/// parser does not read, it is checked only as far as the splitter checks every event (its
-/// strings end, its brackets balance), not token by token. One with a second `"ph"` (which
+/// parser does not read, it is checked only as far as every event is (its strings end, its
+/// brackets balance, it holds no event boundary unless it is valid JSON: see
+/// [`json::element_boundary`]), not token by token. One with a second `"ph"` (which
 /// overrides the first) is left to the full parse.
 fn of_skipped_phase(event: Cursor<'_>) -> bool {
     static PH: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"ph\""));
@@ -1000,12 +1064,16 @@ fn parse_event(
         .as_deref()
         .unwrap_or(if dur.is_some() { "X" } else { "" });
     let name = name.unwrap_or(Cow::Borrowed(""));
+    if let Some(why) = crate::events::oversized(name.len(), args.map_or(0, |(a, b)| b - a)) {
+        return event.error(why);
+    }
     let kind = match ph {
         "X" if cat.is_none() => legacy_kind(&pid),
         "X" => kind_of(cat.as_deref().unwrap_or(""), &name),
         "i" | "I" | "n" => Kind::Instant,
         "C" => {
             if let (Some(ts), Some((a, b))) = (ts, args) {
+                widen(&mut out.event_span, ts, ts);
                 counter_event(event.sub(b, a), &name, pid.int(), ts, out)?;
             }
             return Ok(());
@@ -1048,6 +1116,14 @@ fn parse_event(
             }
         }
     };
+    // Times are 64-bit nanoseconds end to end: an event ending past that range is an error,
+    // never a wrapped (negative) time.
+    let Some(end) = ts.checked_add(dur.max(0)) else {
+        return event.error(format!(
+            "ts + dur ({ts} + {dur} ns) passes the limit of 64-bit nanoseconds"
+        ));
+    };
+    widen(&mut out.event_span, ts, end);
     if dur < 0 {
         *out.warnings
             .entry("negative durations (kept as-is)")
@@ -1257,7 +1333,7 @@ fn parse_event(
         }
     }
     if !kind.is_gpu() {
-        out.host.extend_host_span(ts, ts + dur.max(0));
+        out.host.extend_host_span(ts, end);
     }
     let (Some(p), Some(t)) = (e.pid, e.tid) else {
         return Ok(());
@@ -1273,7 +1349,7 @@ fn parse_event(
         out.host.steps.push(Step {
             process: 0,
             start: ts,
-            end: ts + dur,
+            end: ts.saturating_add(dur),
             number: n,
         });
     }
@@ -1285,7 +1361,7 @@ fn parse_event(
             let thread = out.host.threads.intern(p, t);
             out.host
                 .intervals
-                .push(HostInterval::new(thread, ts, ts + dur, id, annotation));
+                .push(HostInterval::new(thread, ts, end, id, annotation));
         }
         Kind::Runtime | Kind::Driver => {
             if let Some(correlation) = e.correlation {
@@ -1296,6 +1372,14 @@ fn parse_event(
         _ => {}
     }
     Ok(())
+}
+
+/// Extends `span` to cover `lo..=hi`.
+fn widen(span: &mut Option<(i64, i64)>, lo: i64, hi: i64) {
+    *span = Some(match *span {
+        Some((a, b)) => (a.min(lo), b.max(hi)),
+        None => (lo, hi),
+    });
 }
 
 struct MemoryInstant {

@@ -12,6 +12,7 @@ pub mod json;
 pub mod kineto;
 pub mod launches;
 pub mod nsys;
+mod part_bytes;
 pub mod redact;
 pub mod resolve;
 pub mod rocprof;

@@ -2,7 +2,9 @@
 //!
 //! Tables are read by column name (`PRAGMA table_info`), so every export schema from 3.7 to
 //! 3.25 works; a table that an export does not have is simply empty. Large tables are read
-//! in rowid ranges on all cores, one read-only connection each.
+//! in rowid ranges on all cores, from the file's pages where it allows, else through
+//! read-only connections kept for the whole read (one per reading thread), which are opened
+//! and closed one at a time: closing two connections to a WAL-mode export at once could hang.
 //!
 //! | nsys table | kind | name | notes |
 //! |---|---|---|---|
@@ -95,12 +97,83 @@ fn sql_error(what: &str) -> impl Fn(rusqlite::Error) -> TraceError + '_ {
     move |e| TraceError::whole(format!("{what}: {e}"))
 }
 
-fn open(path: &Path) -> Result<Connection, TraceError> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(sql_error("cannot open the SQLite database"))?;
+/// Opening or closing an SQLite connection, one thread at a time in the whole process. Two
+/// threads closing their connections to the same WAL-mode database at once could wait on
+/// each other's lock for ever (about one ingest in 40 hung at 0 % CPU), and a close, like an
+/// open, then touches the shared `-shm` index and its locks; serialised, they cannot meet.
+static OPEN_CLOSE: Mutex<()> = Mutex::new(());
+
+/// A read-only connection to an export, closed while no other thread opens or closes one
+/// ([`OPEN_CLOSE`]).
+struct Conn(Option<Connection>);
+
+impl std::ops::Deref for Conn {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.0.as_ref().expect("open until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            let _one_at_a_time = OPEN_CLOSE.lock().unwrap_or_else(|e| e.into_inner());
+            drop(conn);
+        }
+    }
+}
+
+/// Read-only connections to one export, each used by one reading task at a time and kept
+/// for the whole read: opened as tasks first need them (at most one per reading thread) and
+/// closed when the read is done.
+struct Connections {
+    path: PathBuf,
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl Connections {
+    fn new(path: &Path) -> Connections {
+        Connections {
+            path: path.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps `conn` for the next task.
+    fn put(&self, conn: Conn) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+    }
+
+    /// Runs `f` with an idle connection (or a new one), then keeps it for the next task.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, TraceError>,
+    ) -> Result<T, TraceError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open(&self.path)?,
+        };
+        let outcome = f(&conn);
+        self.put(conn);
+        outcome
+    }
+}
+
+fn open(path: &Path) -> Result<Conn, TraceError> {
+    let conn = {
+        let _one_at_a_time = OPEN_CLOSE.lock().unwrap_or_else(|e| e.into_inner());
+        Conn(Some(
+            Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(sql_error("cannot open the SQLite database"))?,
+        ))
+    };
     // A corrupt or truncated file is reported by the first read of a damaged page.
     conn.pragma_update(None, "query_only", true)
         .map_err(sql_error("cannot open the SQLite database"))?;
@@ -213,6 +286,9 @@ impl Strings {
         while let Some(r) = rows.next().map_err(sql_error("StringIds"))? {
             let id: i64 = r.get(0).map_err(sql_error("StringIds"))?;
             let value: String = r.get(1).map_err(sql_error("StringIds"))?;
+            if let Some(why) = crate::events::oversized(value.len(), 0) {
+                return Err(TraceError::at_row("StringIds", id, why));
+            }
             match usize::try_from(id) {
                 Ok(i) if i < 1 << 24 => {
                     if s.values.len() <= i {
@@ -384,7 +460,8 @@ struct Part {
 
 /// Shared, read-only context of the reading tasks.
 struct Context {
-    path: PathBuf,
+    /// The export's connections, for the tables read through SQLite.
+    connections: Connections,
     strings: Strings,
     memcpy_oper: HashMap<i64, String>,
     mem_kind: HashMap<i64, String>,
@@ -400,11 +477,7 @@ struct Context {
 impl Context {
     fn domains(&self) -> Result<&Domains, TraceError> {
         self.domains
-            .get_or_init(|| {
-                open(&self.path)
-                    .and_then(|conn| domains(&conn))
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_init(|| self.connections.with(domains).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(|e| TraceError::whole(e.clone()))
     }
@@ -615,12 +688,11 @@ fn read_range(ctx: &Context, task: &Task) -> Result<Part, TraceError> {
             let mut rows = PageRows(pages.scan(plan, task.lo, task.hi));
             read_rows(ctx, task, &mut rows)
         }
-        _ => {
-            let conn = open(&ctx.path)?;
-            let mut rows = RangeRows::new(&conn, &task.sql, task.lo, task.hi)
-                .map_err(sql_error(task.table))?;
+        _ => ctx.connections.with(|conn| {
+            let mut rows =
+                RangeRows::new(conn, &task.sql, task.lo, task.hi).map_err(sql_error(task.table))?;
             read_rows(ctx, task, &mut rows)
-        }
+        }),
     }
 }
 
@@ -698,6 +770,11 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
         let rowid = int(r, 0)?.unwrap_or(-1);
         let bad = |m: &str| TraceError::at_row(table, rowid, m.to_string());
         let start = int(r, 1)?.ok_or_else(|| bad("start is NULL"))?;
+        // `end - start` must not wrap: a duration past the 64-bit range is a damaged row.
+        let dur_to = |end: i64| {
+            end.checked_sub(start)
+                .ok_or_else(|| bad("end - start does not fit in 64-bit nanoseconds"))
+        };
         match source {
             Source::Kernel | Source::Memcpy | Source::Memset | Source::Sync => {
                 let end = int(r, 2)?.ok_or_else(|| bad("end is NULL"))?;
@@ -705,7 +782,7 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
                 let stream = int(r, 4)?;
                 let pid = int(r, 5)?.map(pid_of);
                 let correlation = int(r, 6)?;
-                let dur = end - start;
+                let dur = dur_to(end)?;
                 if dur < 0 {
                     *part
                         .warnings
@@ -847,7 +924,7 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
                         tid,
                         name,
                         ts: start,
-                        dur: end - start,
+                        dur: dur_to(end)?,
                         correlation,
                         args: (!args.is_empty()).then_some(args.as_str()),
                         ..Default::default()
@@ -872,6 +949,9 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
                     }
                 };
                 let name = text_value.as_deref().unwrap_or("");
+                if let Some(why) = crate::events::oversized(name.len(), 0) {
+                    return Err(bad(&why));
+                }
                 let global = int(r, 6)?;
                 let (pid, tid) = (global.map(pid_of), global.map(tid_of));
                 args.clear();
@@ -911,7 +991,7 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
                         } else {
                             Kind::Annotation
                         };
-                        (kind, end - start)
+                        (kind, dur_to(end)?)
                     }
                     (true, None) => {
                         *part
@@ -950,7 +1030,7 @@ fn read_rows<R: Rows>(ctx: &Context, task: &Task, rows: &mut R) -> Result<Part, 
                         tid: global.map(tid_of),
                         name,
                         ts: start,
-                        dur: end - start,
+                        dur: dur_to(end)?,
                         ..Default::default()
                     },
                 );
@@ -1102,7 +1182,7 @@ impl Export {
             ));
         }
         let ctx = Context {
-            path: path.to_path_buf(),
+            connections: Connections::new(path),
             strings: Strings::load(&conn)?,
             memcpy_oper: enum_labels(&conn, "ENUM_CUDA_MEMCPY_OPER", MEMCPY_OPER)?,
             mem_kind: enum_labels(&conn, "ENUM_CUDA_MEM_KIND", MEM_KIND)?,
@@ -1164,6 +1244,7 @@ impl Export {
                 a = b;
             }
         }
+        ctx.connections.put(conn);
         Ok(Export {
             ctx,
             trace,
@@ -1180,18 +1261,28 @@ impl Export {
     /// are is estimated from their process and start at evenly spaced rowids of each table
     /// (a few thousand row lookups).
     pub fn windows(&self, rows: usize) -> Result<Vec<(i64, i64)>, TraceError> {
-        const SAMPLES: i64 = 4096;
         let total: i64 = self.host_tasks.iter().map(Task::rows).sum();
         if total as f64 <= rows.max(1) as f64 {
             return Ok(Vec::new());
         }
-        let conn = open(&self.ctx.path)?;
+        self.ctx
+            .connections
+            .with(|conn| self.sample_windows(conn, rows))
+    }
+
+    /// [`Self::windows`] through `conn`.
+    fn sample_windows(
+        &self,
+        conn: &Connection,
+        rows: usize,
+    ) -> Result<Vec<(i64, i64)>, TraceError> {
+        const SAMPLES: i64 = 4096;
         // By process (`i64::MIN`: none): sampled starts, each standing for the rows of its
         // table up to the next sample.
         let mut samples: BTreeMap<i64, Vec<(i64, f64)>> = BTreeMap::new();
         for &(table, lo, hi) in &self.host_tables {
             let has_thread =
-                columns_of(&conn, table)?.is_some_and(|cols| cols.iter().any(|c| c == "globalTid"));
+                columns_of(conn, table)?.is_some_and(|cols| cols.iter().any(|c| c == "globalTid"));
             let thread = if has_thread { "globalTid" } else { "NULL" };
             let mut stmt = conn
                 .prepare(&format!(

@@ -466,9 +466,7 @@ impl Resolver {
         columns[idx("op")] = dictionary(op);
         columns[idx("scope")] = dictionary(scope);
         if time_base != 0 {
-            columns[idx("ts")] = Arc::new(Int64Array::from_iter_values(
-                ts.values().iter().map(|v| v + time_base),
-            ));
+            columns[idx("ts")] = Arc::new(shifted(ts, time_base)?);
         }
         Ok(RecordBatch::try_new(schema, columns).expect("same schema"))
     }
@@ -511,20 +509,38 @@ impl<'a> GivenTexts<'a> {
     }
 }
 
+/// `ts + time_base` of every row; an error where that passes the 64-bit range (adapters
+/// check their times first: this only keeps a time from ever wrapping).
+fn shifted(ts: &Int64Array, time_base: i64) -> std::io::Result<Int64Array> {
+    let values = ts
+        .values()
+        .iter()
+        .map(|&v| v.checked_add(time_base))
+        .collect::<Option<Vec<i64>>>()
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a timestamp plus the time base {time_base} passes 64-bit nanoseconds"),
+            )
+        })?;
+    Ok(Int64Array::new(values.into(), ts.nulls().cloned()))
+}
+
 /// Sets `rank` and shifts `ts` of a counters batch.
-pub fn resolve_counters(batch: &RecordBatch, rank: Option<i32>, time_base: i64) -> RecordBatch {
+pub fn resolve_counters(
+    batch: &RecordBatch,
+    rank: Option<i32>,
+    time_base: i64,
+) -> std::io::Result<RecordBatch> {
     let schema = batch.schema();
     let mut columns = batch.columns().to_vec();
     let n = batch.num_rows();
     columns[schema.index_of("rank").expect("rank")] = Arc::new(Int32Array::from(vec![rank; n]));
     if time_base != 0 {
         let i = schema.index_of("ts").expect("ts");
-        let ts = columns[i].as_primitive::<Int64Type>().clone();
-        columns[i] = Arc::new(Int64Array::from_iter_values(
-            ts.values().iter().map(|v| v + time_base),
-        ));
+        columns[i] = Arc::new(shifted(columns[i].as_primitive::<Int64Type>(), time_base)?);
     }
-    RecordBatch::try_new(schema, columns).expect("same schema")
+    Ok(RecordBatch::try_new(schema, columns).expect("same schema"))
 }
 
 #[cfg(test)]

@@ -102,11 +102,14 @@ use crate::events::{Event, EventColumns, HostInterval, Kind, Launch};
 use crate::trace::{EventSink, ParsedTrace, TraceError};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// Rows handed to the sink at a time.
 const BATCH_ROWS: usize = 64 * 1024;
+/// The longest line read: a name at its limit ([`crate::events::MAX_NAME_BYTES`]) and room
+/// for the other fields; past this a line is an error after reading this much of it.
+const MAX_LINE_BYTES: usize = 4 << 20;
 /// Physical lines one quoted field may span before the row is reported as unterminated.
 const MAX_JOINED_LINES: usize = 64;
 /// 2000-01-01T00:00:00Z in ns since the epoch.
@@ -189,6 +192,15 @@ impl Table {
         }
         None
     }
+}
+
+/// Whether `path`'s name is one rocprofv3 gives its CSV tables (`1234_kernel_trace.csv`):
+/// such a file in an output directory is read as rocprofv3 output even where its content
+/// does not look like it (damage is then an error, not a file passed over).
+pub fn named_as_output(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| Table::of_file_name(n).is_some())
 }
 
 /// Recognises a rocprofv3 CSV by its header line (content, not file name). None = not a
@@ -544,14 +556,33 @@ impl Lines {
     /// Appends the next line (without its line end) to `out`; false at end of file.
     fn next_line(&mut self, out: &mut String) -> Result<bool, TraceError> {
         self.bytes.clear();
-        let n = self
-            .r
+        let n = (&mut self.r)
+            .take(MAX_LINE_BYTES as u64 + 1)
             .read_until(b'\n', &mut self.bytes)
             .map_err(|e| TraceError::at_line(self.line + 1, format!("read error: {e}")))?;
         if n == 0 {
             return Ok(false);
         }
         self.line += 1;
+        if n > MAX_LINE_BYTES {
+            return Err(TraceError::at_line(
+                self.line,
+                format!(
+                    "a line longer than {} MiB (names are limited to {} MiB): a damaged file?",
+                    MAX_LINE_BYTES >> 20,
+                    crate::events::MAX_NAME_BYTES >> 20
+                ),
+            ));
+        }
+        if let Some(at) = memchr::memchr(0, &self.bytes) {
+            return Err(TraceError::at_line(
+                self.line,
+                format!(
+                    "a NUL byte (byte {} of the line): the file is damaged",
+                    at + 1
+                ),
+            ));
+        }
         self.unterminated = self.bytes.last() != Some(&b'\n');
         let mut s = &self.bytes[..];
         if let Some(rest) = s.strip_suffix(b"\n") {
@@ -1009,6 +1040,9 @@ impl<'s, 'a> State<'s, 'a> {
     }
 
     fn push(&mut self, kind: Kind, e: &Event<'_>, line: u64) -> Result<(), TraceError> {
+        if let Some(why) = crate::events::oversized(e.name.len(), e.args.map_or(0, str::len)) {
+            return Err(TraceError::at_line(line, why));
+        }
         self.events.push(kind, e);
         self.trace.events += 1;
         if kind == Kind::Kernel {

@@ -153,16 +153,41 @@ fn decompress(r: Box<dyn Read + Send>, c: Compression) -> std::io::Result<Box<dy
     })
 }
 
-/// Counts the decompressed bytes read.
+/// Decompressed bytes per compressed byte past which a file is refused as a decompression
+/// bomb. Real traces compress 5-30 times (the shared Kineto traces at most 30.3 times with
+/// gzip); gzip itself cannot pass about 1032, zstd reaches millions (a 132 KB file holding a
+/// 4 GiB name). At this ratio a compressed file costs at most 1000 times its size in parsing
+/// time, whatever it holds.
+pub const MAX_DECOMPRESSION_RATIO: u64 = 1000;
+
+/// Decompressed bytes before the ratio is checked: a small trace may compress better than a
+/// large one, and costs little whatever its ratio.
+const RATIO_CHECKED_FROM: u64 = 64 << 20;
+
+/// Counts the decompressed bytes read, and stops at a decompression bomb
+/// ([`MAX_DECOMPRESSION_RATIO`]).
 struct CountRead<R> {
     inner: R,
     read: Arc<AtomicU64>,
+    /// Compressed bytes read so far.
+    raw: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for CountRead<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        let total = self.read.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        let raw = self.raw.load(Ordering::Relaxed).max(1);
+        if total > RATIO_CHECKED_FROM && total / raw > MAX_DECOMPRESSION_RATIO {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{raw} compressed bytes decompress to more than {total}, over {} times \
+                     their size, which no real trace does: a decompression bomb?",
+                    MAX_DECOMPRESSION_RATIO
+                ),
+            ));
+        }
         Ok(n)
     }
 }
@@ -232,6 +257,23 @@ impl Source {
         })
     }
 
+    /// `path` as an uncompressed `format` file, without detection: for a file whose name says
+    /// what it is where its content does not (a damaged rocprofv3 CSV in an output
+    /// directory), so that its adapter says what is wrong with it instead of the file being
+    /// passed over.
+    pub fn by_name(path: &Path, format: Format) -> std::io::Result<Source> {
+        Ok(Source {
+            path: path.to_path_buf(),
+            files: vec![path.to_path_buf()],
+            size: std::fs::metadata(path)?.len(),
+            compression: Compression::None,
+            format,
+            read: Arc::new(AtomicU64::new(0)),
+            decompressed: Arc::new(AtomicU64::new(0)),
+            hasher: Arc::new(Mutex::new(XxHash3_128::new())),
+        })
+    }
+
     /// The same source with fresh byte counters and hasher, to read it once more.
     pub fn reopen(&self) -> Source {
         Source {
@@ -271,6 +313,7 @@ impl Source {
         Ok(Box::new(CountRead {
             inner: content,
             read: self.decompressed.clone(),
+            raw: self.read.clone(),
         }))
     }
 
@@ -440,6 +483,51 @@ mod tests {
         source.reader().unwrap().read_to_end(&mut read).unwrap();
         assert_eq!(read, content);
         assert_eq!(source.hash().unwrap(), want);
+    }
+
+    /// A compressed file that decompresses to more than [`MAX_DECOMPRESSION_RATIO`] times its
+    /// size is refused while it is read (a 400 MiB name in a zstd file of a few KB), early
+    /// and with bounded memory; a real trace's ratio (5-30) reads through.
+    #[test]
+    fn decompression_bombs_are_refused_while_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let bomb = dir.path().join("bomb.json.zst");
+        let mut enc = zstd::stream::Encoder::new(std::fs::File::create(&bomb).unwrap(), 3).unwrap();
+        std::io::Write::write_all(&mut enc, br#"{"traceEvents": [{"ph": "X", "name": ""#).unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..400 {
+            std::io::Write::write_all(&mut enc, &chunk).unwrap();
+        }
+        enc.finish().unwrap();
+        let source = Source::open(&bomb, None).unwrap();
+        assert_eq!(source.format, Format::Kineto);
+        let mut reader = source.reader().unwrap();
+        let e = std::io::copy(&mut reader, &mut std::io::sink()).unwrap_err();
+        assert!(e.to_string().contains("decompression bomb"), "{e}");
+        let read = source.decompressed.load(Ordering::Relaxed);
+        assert!(read < 80 << 20, "decompressed {read} bytes before stopping");
+
+        // 100 MiB at an ordinary ratio reads through.
+        let fine = dir.path().join("fine.json.zst");
+        let mut enc = zstd::stream::Encoder::new(std::fs::File::create(&fine).unwrap(), 1).unwrap();
+        let mut state = 1u64;
+        let text: Vec<u8> = (0..100 << 20)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let symbols = b"{}aaaaaaaaaaaaaaaaaa\"0123456789";
+                symbols[(state >> 58) as usize % symbols.len()]
+            })
+            .collect();
+        std::io::Write::write_all(&mut enc, b"{\"traceEvents\": [], \"x\": \"").unwrap();
+        std::io::Write::write_all(&mut enc, &text).unwrap();
+        enc.finish().unwrap();
+        let ratio = (100 << 20) / std::fs::metadata(&fine).unwrap().len();
+        assert!(ratio < MAX_DECOMPRESSION_RATIO / 10, "{ratio}");
+        let source = Source::open(&fine, None).unwrap();
+        let n = std::io::copy(&mut source.reader().unwrap(), &mut std::io::sink()).unwrap();
+        assert!(n > 100 << 20);
     }
 
     /// A bare array of events is a Chrome trace (JSON Array Format); `--format kineto` reads

@@ -128,6 +128,9 @@ pub struct ParsedTrace {
     /// Complete (`X`) events and how many of them had no `dur` (Kineto).
     pub complete_events: u64,
     pub missing_dur: u64,
+    /// The earliest `ts` and the latest `ts + dur` of the events, before
+    /// [`Self::time_base_ns`] is added (Kineto: checked against it, so that no time wraps).
+    pub event_span: Option<(i64, i64)>,
 }
 
 impl std::fmt::Debug for ParsedTrace {

@@ -740,3 +740,181 @@ fn legacy_flows_link_kernels_across_blocks() {
     }
     assert_eq!(linked, n);
 }
+
+/// A trace of `n` operators, each with `args` the parser stores without reading, and a flow
+/// arrow (a phase the parser skips) after each.
+fn operators_with_flows(n: usize) -> String {
+    let events: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"ph": "X", "cat": "cpu_op", "name": "aten::op{i}", "pid": 1, "tid": 2, "ts": {ts}, "dur": 5, "args": {{"External id": {i}, "Input type": ["float", "c10::Half"], "Input Dims": [[2, 3], []]}}}},
+  {{"ph": "s", "id": {i}, "pid": 1, "tid": 2, "ts": {ts}, "cat": "ac2g", "name": "ac2g"}}"#,
+                ts = 100 + 10 * i
+            )
+        })
+        .collect();
+    format!("{{\"traceEvents\": [\n  {}\n]}}", events.join(",\n  "))
+}
+
+/// Two damaged quotes in different events make everything between them one string inside the
+/// first one's `args` (or inside a skipped flow event), which the bracket scan then takes as
+/// part of that event: the events in between must be an error, never silently gone. Two
+/// damaged quotes inside one value leave every event in place.
+#[test]
+fn events_between_two_damaged_quotes_are_an_error_never_lost() {
+    let text = operators_with_flows(12);
+    assert_eq!(parse_str(&text).unwrap().events, 12);
+    // Each string value the parser does not read: (opening quote, closing quote).
+    let strings: Vec<(usize, usize)> = ["\"float\"", "\"ac2g\""]
+        .iter()
+        .flat_map(|s| text.match_indices(s).map(|(i, m)| (i, i + m.len() - 1)))
+        .collect();
+    let (mut errors, mut at_boundary) = (0, 0);
+    for &(open, _) in &strings {
+        for &(_, close) in &strings {
+            if close < open {
+                continue;
+            }
+            let mut damaged = text.clone().into_bytes();
+            damaged[open] = b'X';
+            damaged[close] = b'X';
+            let case = format!("quotes at {open} and {close} damaged");
+            match parse(&damaged[..], &|_| {}) {
+                Ok(t) => {
+                    assert_eq!(t.events, 12, "{case}: events lost without an error");
+                    // Both damages in one value: nothing can be between them.
+                    assert!(
+                        !text[open..close].contains("}, {") && !text[open..close].contains("},\n"),
+                        "{case}: parsed"
+                    );
+                }
+                Err(e) => {
+                    errors += 1;
+                    // The event-boundary check names the first damaged byte; other checks
+                    // fail where the broken structure shows, possibly past both.
+                    if e.message.contains("damaged event") {
+                        at_boundary += 1;
+                        let at = e.offset().unwrap();
+                        assert!(at >= open as u64 && at <= close as u64, "{case}: {e}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(errors > 200, "only {errors} damaged traces failed");
+    // Most are found by the event-boundary check; before it, they parsed with events lost.
+    assert!(at_boundary > 100, "{at_boundary} of {errors}");
+}
+
+/// What the damage check must let through: `args` whose strings or arrays of objects hold
+/// `}, {`, which is how one event ends and the next begins.
+#[test]
+fn args_holding_what_looks_like_an_event_boundary_parse() {
+    let text = r###"{"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 2, "ts": 1, "dur": 5, "args": {"shapes": [{"x": 1}, {"y": 2}], "text": "}, {"}},
+  {"ph": "s", "id": 1, "pid": 1, "tid": 2, "ts": 1, "cat": "ac2g", "name": "}, {"},
+  {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 2, "ts": 9, "dur": 5}
+]}"###;
+    let t = parse_str(text).unwrap();
+    assert_eq!(t.events, 2);
+    let b = resolved(t);
+    let args = strings(&b, "args");
+    assert_eq!(
+        args[row_of(&b, "a")].as_deref(),
+        Some(r#"{"shapes": [{"x": 1}, {"y": 2}], "text": "}, {"}"#)
+    );
+}
+
+/// Times are 64-bit nanoseconds end to end: a `baseTimeNanoseconds` that would carry an event
+/// past that range, or a `ts + dur` past it, is an error naming where, never a wrapped time.
+#[test]
+fn times_past_the_64_bit_range_are_an_error_not_a_wrap() {
+    let trace = |base: &str, ts: &str, dur: &str| {
+        format!(
+            r#"{{"traceEvents": [{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": 7}}}}, {{"ph": "C", "name": "mem", "pid": 0, "ts": 1, "args": {{"v": 1}}}}], "baseTimeNanoseconds": {base}}}"#
+        )
+    };
+    // Near the limit, but every time fits: stored as given.
+    let fits = (i64::MAX - 2_000).to_string();
+    let t = parse_str(&trace(&fits, "1", "1")).unwrap();
+    let b = resolved(t);
+    assert_eq!(ints(&b, "ts"), vec![Some(i64::MAX - 1_000)]);
+
+    let over = (i64::MAX - 1_500).to_string();
+    let text = trace(&over, "1", "1");
+    let e = parse_str(&text).unwrap_err();
+    assert!(e.message.contains("baseTimeNanoseconds"), "{e}");
+    assert_eq!(e.offset(), Some(text.find(&over).unwrap() as u64), "{e}");
+
+    // ts + dur past the limit, without a time base.
+    let text = trace("0", "9223372036854775", "1000");
+    let e = parse_str(&text).unwrap_err();
+    assert!(e.message.contains("ts + dur"), "{e}");
+    assert_eq!(e.event(), Some(0), "{e}");
+
+    // A negative base that would carry a time below the range.
+    let e = parse_str(&trace(&i64::MIN.to_string(), "-1", "1")).unwrap_err();
+    assert!(e.message.contains("baseTimeNanoseconds"), "{e}");
+}
+
+/// A reader of `{"traceEvents": [{"ph": "X", "name": "` and then `len` bytes of `a`, made as
+/// it is read; counts what was read.
+struct EndlessName {
+    head: &'static [u8],
+    left: u64,
+    read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::io::Read for EndlessName {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = if !self.head.is_empty() {
+            let n = self.head.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.head[..n]);
+            self.head = &self.head[n..];
+            n
+        } else {
+            let n = (self.left.min(buf.len() as u64)) as usize;
+            buf[..n].fill(b'a');
+            self.left -= n as u64;
+            n
+        };
+        self.read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Names and `args` past their limits are bad input naming the event, and an event of
+/// gigabytes is refused after reading a bounded part of it, not after the whole.
+#[test]
+fn oversized_names_and_args_are_an_error_found_early() {
+    use crate::events::{MAX_ARGS_BYTES, MAX_NAME_BYTES};
+    let event = |name: &str, args: &str| {
+        format!(
+            r#"{{"traceEvents": [{{"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 1, "dur": 1}}, {{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": {{"a": "{args}"}}}}]}}"#
+        )
+    };
+    let at_limit = "n".repeat(MAX_NAME_BYTES);
+    assert_eq!(parse_str(&event(&at_limit, "")).unwrap().events, 2);
+    let e = parse_str(&event(&format!("{at_limit}n"), "")).unwrap_err();
+    assert!(e.message.contains("names are limited to 1 MiB"), "{e}");
+    assert_eq!(e.event(), Some(1), "{e}");
+
+    let args = "x".repeat(MAX_ARGS_BYTES);
+    let e = parse_str(&event("k", &args)).unwrap_err();
+    assert!(e.message.contains("args are limited to 16 MiB"), "{e}");
+    assert_eq!(e.event(), Some(1), "{e}");
+
+    // A 4 GiB name, made as it is read: refused after a bounded read.
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reader = EndlessName {
+        head: br#"{"traceEvents": [{"ph": "X", "name": ""#,
+        left: 4 << 30,
+        read: read.clone(),
+    };
+    let e = parse(reader, &|_| {}).unwrap_err();
+    assert!(e.message.contains("an event longer than 32 MiB"), "{e}");
+    assert_eq!(e.offset(), Some(17), "{e}");
+    let read = read.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read < 100 << 20, "read {read} bytes of a 4 GiB event");
+}
