@@ -10,6 +10,7 @@ mod history;
 mod meta;
 mod output;
 mod repl;
+mod script;
 
 use clap::Parser;
 use std::process::ExitCode;
