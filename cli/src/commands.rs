@@ -9,6 +9,7 @@ use crate::history;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
 use gpuq_ingest::driver::{self, IngestOptions, Progress, RunReport};
+use gpuq_ingest::redact::redact_text;
 use gpuq_query::analyses;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -519,11 +520,11 @@ impl Progress for Bar {
             b.reset();
             b.set_length(bytes);
             b.set_position(0);
-            b.set_message(
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            );
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            b.set_message(redact_text(&name).0.into_owned());
         }
     }
     fn bytes(&self, done: u64) {
@@ -565,6 +566,7 @@ fn ingest(
         for r in &reports {
             if let Some((run, why)) = &r.split_from {
                 if split_said.insert(run.clone()) {
+                    let why = redact_text(why).0;
                     println!("the files for run {run} do not look like one job ({why}): one run per file (--run NAME --merge-unrelated stores them as one)");
                 }
             }
@@ -576,7 +578,9 @@ fn ingest(
 
 fn print_report(r: &RunReport) {
     for (path, holder) in &r.duplicates {
-        println!("{}: already stored in run {holder} (same content); skipped (use --replace to re-ingest)", path.display());
+        let path = path.display().to_string();
+        let path = redact_text(&path).0;
+        println!("{path}: already stored in run {holder} (same content); skipped (use --replace to re-ingest)");
     }
     if r.files == 0 {
         return;
@@ -611,12 +615,6 @@ fn print_report(r: &RunReport) {
         r.seconds,
         mb / r.seconds.max(1e-9)
     );
-    if r.redacted > 0 {
-        println!(
-            "  redacted {} secret value(s) in the trace metadata",
-            r.redacted
-        );
-    }
     for (w, n) in &r.warnings {
         println!("  warning: {n} {w}");
     }
@@ -673,7 +671,13 @@ async fn runs(
         }
         Some(RunsAction::Tag { run, tags }) => {
             let run = RunId::new(run)?;
-            let tags = parse_tags(&tags)?;
+            let tags: Vec<(String, String)> = parse_tags(&tags)?
+                .iter()
+                .map(|(k, v)| {
+                    let (k, v, _) = gpuq_ingest::redact::tag(k, v);
+                    (k, v)
+                })
+                .collect();
             store.writer()?.set_tags(&run, &tags)?;
             println!("tagged run {run}");
             Ok(ExitCode::SUCCESS)

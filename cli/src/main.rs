@@ -10,6 +10,7 @@ mod history;
 mod meta;
 mod output;
 mod repl;
+mod script;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -66,7 +67,12 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpuq: error: {}", exec::one_line(&format!("{e:#}")));
+            // Errors name the files they concern: their paths may hold secrets too.
+            let message = exec::one_line(&format!("{e:#}"));
+            eprintln!(
+                "gpuq: error: {}",
+                gpuq_ingest::redact::redact_text(&message).0
+            );
             ExitCode::FAILURE
         }
     }

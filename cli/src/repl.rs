@@ -5,6 +5,7 @@ use crate::complete::Vocabulary;
 use crate::exec::{one_line, run_sql_text, Show};
 use crate::meta::{self, Meta};
 use crate::output::Expanded;
+use crate::script::{self, statement_complete, Piece};
 use datafusion::execution::context::SessionContext;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -64,6 +65,8 @@ impl Shell {
         } else {
             self.errors += run_sql_text(&ctx, sql, show, out).await;
         }
+        // Whoever reads the other end of a pipe sees each result as it is complete.
+        let _ = out.flush();
     }
 
     async fn meta(&mut self, line: &str, interactive: bool) -> Flow {
@@ -178,56 +181,70 @@ impl Shell {
         Flow::Continue
     }
 
-    /// Runs a script: meta-command lines and `;`-terminated SQL statements.
+    /// Runs a script (an `\i` file, an interactive line): its meta-commands and statements.
     async fn run_script(&mut self, text: &str, interactive: bool) -> Flow {
-        let mut buffer = String::new();
-        for line in text.lines() {
-            if buffer.trim().is_empty() && meta::is_command(line) {
-                if let Flow::Quit = self.meta(line, interactive).await {
-                    return Flow::Quit;
-                }
-                continue;
+        for piece in script::split(text) {
+            if let Flow::Quit = self.run_piece(piece, interactive).await {
+                return Flow::Quit;
             }
-            buffer.push_str(line);
-            buffer.push('\n');
-            if statement_complete(&buffer) {
-                let sql = std::mem::take(&mut buffer);
-                self.run_sql(&sql, interactive).await;
-            }
-        }
-        if !buffer.trim().is_empty() {
-            self.run_sql(&buffer, interactive).await;
         }
         Flow::Continue
     }
-}
 
-/// A statement is complete when its last non-blank character, outside quotes and comments, is `;`.
-pub fn statement_complete(text: &str) -> bool {
-    let mut in_single = false;
-    let mut in_double = false;
-    let mut last = None;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' if !in_double => in_single = !in_single,
-            '"' if !in_single => in_double = !in_double,
-            '-' if !in_single && !in_double && chars.peek() == Some(&'-') => {
-                // line comment
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        break;
-                    }
-                }
-                continue;
+    async fn run_piece(&mut self, piece: Piece, interactive: bool) -> Flow {
+        match piece {
+            Piece::Meta(line) => self.meta(&line, interactive).await,
+            Piece::Sql(sql) => {
+                self.run_sql(&sql, interactive).await;
+                Flow::Continue
             }
-            _ => {}
-        }
-        if !c.is_whitespace() {
-            last = Some((c, in_single || in_double));
         }
     }
-    matches!(last, Some((';', false))) && !in_single && !in_double
+
+    /// Runs what arrives on `input` (a pipe, a FIFO, a file), each statement and meta-command
+    /// as soon as it is whole, until the input ends or `\q`.
+    async fn run_stream(&mut self, mut input: impl Read) -> anyhow::Result<()> {
+        let mut splitter = script::Splitter::default();
+        let mut chunk = vec![0u8; 64 << 10];
+        // Bytes read but not handed to the splitter: a character cut by the read.
+        let mut unsplit: Vec<u8> = Vec::new();
+        let mut offset = 0;
+        loop {
+            let n = match input.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(anyhow::Error::new(e).context("reading standard input")),
+            };
+            unsplit.extend_from_slice(&chunk[..n]);
+            let whole = match std::str::from_utf8(&unsplit) {
+                Ok(text) => text.len(),
+                Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                Err(e) => anyhow::bail!(
+                    "standard input: byte {}: not UTF-8",
+                    offset + e.valid_up_to()
+                ),
+            };
+            let text = std::str::from_utf8(&unsplit[..whole]).expect("checked above");
+            let pieces = splitter.push(text);
+            unsplit.drain(..whole);
+            offset += whole;
+            for piece in pieces {
+                if let Flow::Quit = self.run_piece(piece, false).await {
+                    return Ok(());
+                }
+            }
+        }
+        if !unsplit.is_empty() {
+            anyhow::bail!("standard input: byte {offset}: not UTF-8 (cut short)");
+        }
+        for piece in splitter.finish() {
+            if let Flow::Quit = self.run_piece(piece, false).await {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Context-aware completion ([`Vocabulary`]); `;`-terminated multi-line input.
@@ -382,9 +399,7 @@ pub async fn run(
 ) -> anyhow::Result<usize> {
     let mut shell = Shell::new(ctx, format, max_rows);
     if !std::io::stdin().is_terminal() {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text)?;
-        shell.run_script(&text, false).await;
+        shell.run_stream(std::io::stdin().lock()).await?;
         return Ok(shell.errors);
     }
     let helper = GpuqHelper {
@@ -422,20 +437,4 @@ pub async fn run(
     }
     let _ = editor.save_history(&history);
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::statement_complete;
-
-    #[test]
-    fn detects_complete_statements() {
-        assert!(statement_complete("SELECT 1;"));
-        assert!(statement_complete("SELECT 1;  \n"));
-        assert!(!statement_complete("SELECT 1"));
-        assert!(!statement_complete("SELECT ';'"));
-        assert!(!statement_complete("SELECT 'a;"));
-        assert!(statement_complete("SELECT 1 -- note\n;"));
-        assert!(!statement_complete("SELECT 1 -- done;"));
-    }
 }

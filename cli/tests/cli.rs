@@ -5,7 +5,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{gpuq, ok, stderr, stdout};
+use common::{generate_nsys, gpuq, ok, query_csv, repo_file, stderr, stdout};
 
 /// Every file of the store with its bytes, except the writer's lock file.
 fn snapshot(store: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -598,15 +598,6 @@ fn demo_runs_end_to_end() {
     );
 }
 
-/// Writes the small generated Nsight Systems export to `path`.
-fn generate_nsys(path: &Path) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", "--format", "nsys", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-}
-
 /// The export is hashed on a thread of its own while it is parsed; that hash must be the
 /// whole file's, or a second ingest of the same export would not be recognised.
 #[test]
@@ -660,16 +651,6 @@ fn store_with_nsys_run(dir: &Path) -> PathBuf {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     store
-}
-
-fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
-
-fn query_csv(store: &Path, sql: &str) -> String {
-    let o = gpuq(store, &["query", "--format", "csv", sql]);
-    assert!(o.status.success(), "{sql}: {}", stderr(&o));
-    stdout(&o)
 }
 
 #[test]

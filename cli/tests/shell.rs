@@ -185,22 +185,25 @@ fn run_shell(store: &Path, args: &[&str], input: &str) -> String {
 }
 
 fn shell_output(store: &Path, args: &[&str], input: &str) -> Output {
-    let mut child = gpuq_cmd(store, &[&["sql"][..], args].concat())
+    let (child, mut stdin) = spawn_piped(gpuq_cmd(store, &[&["sql"][..], args].concat()));
+    {
+        use std::io::Write;
+        stdin.write_all(input.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// `cmd` started with its standard streams piped, and its standard input.
+fn spawn_piped(mut cmd: Command) -> (std::process::Child, std::process::ChildStdin) {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
+    let stdin = child.stdin.take().unwrap();
+    (child, stdin)
 }
 
 /// The real traces under ../shared: a Kineto trace with long kernel names and an Nsight
@@ -507,15 +510,11 @@ fn ctrl_c_stops_the_work_of_the_running_statement() {
         env!("CARGO_BIN_EXE_gpuq"),
         store.display()
     );
-    let mut child = Command::new("script")
+    let mut script = Command::new("script");
+    script
         .args(["-qfec", &cmd, "/dev/null"])
-        .env("TERM", "xterm")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+        .env("TERM", "xterm");
+    let (mut child, mut stdin) = spawn_piped(script);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let reader = {
         let seen = seen.clone();
@@ -585,4 +584,46 @@ fn ctrl_c_stops_the_work_of_the_running_statement() {
     drop(stdin);
     child.wait().unwrap();
     reader.join().unwrap();
+}
+
+/// With stdin a pipe, each statement runs as soon as its `;` arrives: a program can write a
+/// statement, read its result, then write the next, before it closes the pipe.
+#[test]
+fn a_pipe_drives_the_shell_one_statement_at_a_time() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (mut child, mut stdin) = spawn_piped(gpuq_cmd(&store, &["sql", "--format", "csv"]));
+    let (lines, received) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stdout.lines() {
+            if lines.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || {
+        received
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a result before the input ends")
+    };
+    // A `;` in quotes or a comment ends nothing; the statement's own `;` ends it, mid-line.
+    stdin
+        .write_all(b"SELECT 'a;b' AS \"x;y\" -- not yet;\n, 40 + 2 AS answer; SELECT")
+        .unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next_line(), "x;y,answer");
+    assert_eq!(next_line(), "a;b,42");
+    stdin.write_all(b" 'second' AS s;\n").unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next_line(), "s");
+    assert_eq!(next_line(), "second");
+    // A meta-command runs at the end of its line; the end of the input ends a last statement.
+    stdin.write_all(b"\\format json\nSELECT 3 AS last").unwrap();
+    drop(stdin);
+    assert_eq!(next_line(), "[{\"last\":3}]");
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    assert!(status.success());
 }

@@ -255,7 +255,7 @@ pub fn plan_runs(
             .unwrap_or_else(|| "run".into());
         let id = match run {
             Some(r) => r.clone(),
-            None => RunId::from_file_name(&name)?,
+            None => run_named_after(&name)?,
         };
         let named = !p.is_dir();
         groups.push((
@@ -433,6 +433,7 @@ fn ingest_run(
             Format::StageLog => traces_clock(&done, &sources).or_else(|| stored_clock.clone()),
             _ => None,
         };
+        let redactor = redact::Redactor::default();
         let (parsed, hash) = std::thread::scope(|scope| {
             let early_hash = reads_itself.then(|| scope.spawn(|| src.hash()));
             let parsed = parse_source(
@@ -442,6 +443,7 @@ fn ingest_run(
                 run_clock.as_ref(),
                 &mut spool,
                 &mut counters,
+                &redactor,
             );
             let hash = match early_hash {
                 Some(h) => h
@@ -474,19 +476,26 @@ fn ingest_run(
                 .unwrap_or(crate::launches::DEFAULT_MEMORY_BUDGET),
         };
         let spools = (spool, counters);
-        let file = finish_file(&writer, parsed, spools, fallback_rank, gpu, &scratch).map_err(
-            |e| match e {
-                IngestError::Io { error, .. } => IngestError::Io {
-                    path: src.path.clone(),
-                    error,
-                },
-                IngestError::Trace { error, .. } => IngestError::Trace {
-                    path: src.path.clone(),
-                    error,
-                },
-                e => e,
+        let file = finish_file(
+            &writer,
+            parsed,
+            spools,
+            fallback_rank,
+            gpu,
+            &scratch,
+            &redactor,
+        )
+        .map_err(|e| match e {
+            IngestError::Io { error, .. } => IngestError::Io {
+                path: src.path.clone(),
+                error,
             },
-        )?;
+            IngestError::Trace { error, .. } => IngestError::Trace {
+                path: src.path.clone(),
+                error,
+            },
+            e => e,
+        })?;
         progress.finish_file();
         let mut meta = file.meta;
         meta.format = src.format.name().into();
@@ -574,10 +583,27 @@ fn ingest_run(
     }
     meta.imported_at_ns = imported_at_ns;
     meta.tags = opts.tags.iter().cloned().collect();
+    report.redacted = seal(&mut meta, report.redacted);
     report.describe(&meta);
     report.version = Some(writer.put_run(run, meta, staged, put_mode(opts))?);
     report.seconds = started.elapsed().as_secs_f64();
     Ok(vec![report])
+}
+
+/// Redacts what a run's metadata holds besides its rows ([`redact::run_meta`]: paths, tags,
+/// ...) and counts in its warnings the secrets redacted there and in its files (`in_files`).
+/// Returns how many there were.
+fn seal(meta: &mut RunMeta, in_files: usize) -> usize {
+    let n = in_files + redact::run_meta(meta);
+    if n > 0 {
+        *meta.warnings.entry(redact::WARNING.into()).or_default() += n as u64;
+    }
+    n
+}
+
+/// The run named after a file or directory: its name without extensions and secrets.
+fn run_named_after(file_name: &str) -> Result<RunId, IngestError> {
+    Ok(RunId::from_file_name(&redact::redact_text(file_name).0)?)
 }
 
 fn put_mode(opts: &IngestOptions) -> PutMode {
@@ -683,6 +709,7 @@ fn share_run(
             stored.path = sources[i].path.display().to_string();
         }
     }
+    report.redacted = seal(&mut meta, 0);
     report.files = sources.iter().map(|s| s.files.len()).sum();
     report.input_bytes = sources.iter().map(|s| s.size).sum();
     report.describe(&meta);
@@ -729,9 +756,9 @@ fn split_run(
         let mut meta = file.meta;
         meta.imported_at_ns = now_ns();
         meta.tags = opts.tags.iter().cloned().collect();
+        report.redacted = seal(&mut meta, file.redacted);
         report.describe(&meta);
         report.files = src.files.len();
-        report.redacted = file.redacted;
         report.input_bytes = src.size;
         report.content_bytes = src.content_bytes();
         report.seconds = file.seconds;
@@ -763,7 +790,7 @@ fn file_run_name(path: &Path, taken: &mut BTreeSet<RunId>) -> Result<RunId, Inge
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "run".into());
-    let base = RunId::from_file_name(&file_name)?;
+    let base = run_named_after(&file_name)?;
     let mut name = base.clone();
     let mut n = 1;
     while taken.contains(&name) {
@@ -775,8 +802,9 @@ fn file_run_name(path: &Path, taken: &mut BTreeSet<RunId>) -> Result<RunId, Inge
 }
 
 /// Parses `src` into `spool` (Kineto: its counters into `counters`, other adapters keep theirs
-/// in the trace). An nsys export comes back with its GPU tables still unread: [`finish_file`]
-/// reads them once it can attribute their rows.
+/// in the trace), the rows' secrets redacted on the way (spools may go to scratch files). An
+/// nsys export comes back with its GPU tables still unread: [`finish_file`] reads them once it
+/// can attribute their rows.
 fn parse_source(
     src: &Source,
     opts: &IngestOptions,
@@ -784,6 +812,7 @@ fn parse_source(
     run_clock: Option<&stagelog::clock::RunClock>,
     spool: &mut Spool,
     counters: &mut Spool,
+    redactor: &redact::Redactor,
 ) -> Result<(ParsedTrace, Option<nsys::GpuTables>), IngestError> {
     let trace_error = |e| IngestError::Trace {
         path: src.path.clone(),
@@ -800,8 +829,8 @@ fn parse_source(
                 &report,
                 limit,
                 steps,
-                &mut |b| spool.push(b),
-                &mut |b| counters.push(b),
+                &mut |b| spool.push(redactor.batch(b)),
+                &mut |b| counters.push(redactor.batch(b)),
             )
             .map(|t| (t, None))
             .map_err(trace_error)
@@ -818,11 +847,11 @@ fn parse_source(
                 .map_err(trace_error)?;
             spool.set_windows(windows, true);
             export
-                .read_host(&report, &mut |b| spool.push(b))
+                .read_host(&report, &mut |b| spool.push(redactor.batch(b)))
                 .map(|(t, gpu)| (t, Some(gpu)))
                 .map_err(trace_error)
         }
-        Format::Rocprof => rocprof::parse(&src.files, &mut |b| spool.push(b))
+        Format::Rocprof => rocprof::parse(&src.files, &mut |b| spool.push(redactor.batch(b)))
             .map(|t| (t, None))
             .map_err(|(path, e)| IngestError::Trace {
                 path,
@@ -835,7 +864,7 @@ fn parse_source(
                 opts.lenient,
                 opts.stage_log_zone.as_ref(),
                 run_clock,
-                &mut |b| spool.push(b),
+                &mut |b| spool.push(redactor.batch(b)),
             )
             .map(|t| (t, None))
             .map_err(trace_error)
@@ -879,6 +908,7 @@ fn finish_file(
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
     scratch: &WindowScratch,
+    redactor: &redact::Redactor,
 ) -> Result<FinishedFile, IngestError> {
     let declared_rank = parsed
         .top_level
@@ -900,13 +930,13 @@ fn finish_file(
         rank,
         time_base_ns,
         host_span,
+        redactor,
     };
     // The counters' parts are written beside the events' (they need no attribution), so that
     // they are not left for one core after the events' last part.
     let counters = std::mem::take(&mut parsed.counters);
     let (written, counter_parts) = std::thread::scope(|scope| {
-        let counter_parts =
-            scope.spawn(|| write_counters(writer, counter_spool, counters, rank, time_base_ns));
+        let counter_parts = scope.spawn(|| write_counters(&ctx, counter_spool, counters));
         let written = match gpu {
             Some(gpu) => write_windowed(&ctx, host, spool, gpu, scratch).map(|(parts, counts)| {
                 counts.add_to(&mut parsed);
@@ -965,7 +995,7 @@ fn finish_file(
         .unwrap_or_default();
     top_level.remove("deviceProperties");
     let mut metadata = serde_json::Value::Object(top_level);
-    let redacted = redact::redact(&mut metadata);
+    let redacted = redact::redact(&mut metadata) + redactor.count();
 
     let mut facts = Facts::default();
     let mut staged = Vec::with_capacity(written.len() + 1);
@@ -1017,12 +1047,11 @@ fn finish_file(
 
 /// Writes a file's counters (those the adapter kept, then those it spooled) as parts.
 fn write_counters(
-    writer: &gpuq_engine::StoreWriter,
+    ctx: &PartContext<'_>,
     mut spool: Spool,
     kept: Vec<RecordBatch>,
-    rank: Option<i32>,
-    time_base_ns: i64,
 ) -> Result<Vec<StagedFile>, IngestError> {
+    let (rank, time_base_ns) = (ctx.rank, ctx.time_base_ns);
     for b in kept {
         spool
             .push(b)
@@ -1042,7 +1071,7 @@ fn write_counters(
                     .collect::<std::io::Result<Vec<RecordBatch>>>()
             })
             .map_err(io_error(Path::new("counter spool")))?;
-        staged.push(writer.write_part(TableKind::Counters, counters)?);
+        staged.push(ctx.write(TableKind::Counters, counters)?);
     }
     Ok(staged)
 }
@@ -1053,9 +1082,24 @@ struct PartContext<'a> {
     rank: Option<i32>,
     time_base_ns: i64,
     host_span: Option<(i64, i64)>,
+    /// Every part's texts pass through it on their way to the store.
+    redactor: &'a redact::Redactor,
 }
 
 impl PartContext<'_> {
+    /// Writes `batches` as a part of `table`, their secrets redacted.
+    fn write(
+        &self,
+        table: TableKind,
+        batches: Vec<RecordBatch>,
+    ) -> Result<StagedFile, gpuq_engine::Error> {
+        let batches = batches
+            .into_iter()
+            .map(|b| self.redactor.batch(b))
+            .collect();
+        self.writer.write_part(table, batches)
+    }
+
     /// Attributes and writes each group of `groups` (spool frames or batches) as a part, on
     /// `parallel` workers that each take the next group as soon as their part is written (no
     /// round waits for its slowest part; one worker reads the next group's frames while the
@@ -1083,7 +1127,7 @@ impl PartContext<'_> {
                 .into_iter()
                 .map(|part| {
                     let facts = Facts::of(&part, self.host_span);
-                    Ok((self.writer.write_part(TableKind::Events, part)?, facts))
+                    Ok((self.write(TableKind::Events, part)?, facts))
                 })
                 .collect()
         };
@@ -1541,7 +1585,7 @@ impl<'a> DirectParts<'a> {
     fn write(&self, group: Vec<RecordBatch>) -> Result<(), ()> {
         for part in part_bytes::split(group, part_bytes::PART_STRING_BYTES) {
             let facts = Facts::of(&part, self.ctx.host_span);
-            match self.ctx.writer.write_part(TableKind::Events, part) {
+            match self.ctx.write(TableKind::Events, part) {
                 Ok(file) => lock(&self.written).push((file, facts)),
                 Err(e) => {
                     lock(&self.error).get_or_insert(e.into());
@@ -2002,8 +2046,18 @@ mod tests {
             run: Some(RunId::new(name).unwrap()),
             ..Default::default()
         };
+        // Synthetic traces carry an HF_TOKEN in their metadata: its redaction is counted too.
+        let without_redaction = |r: &RunReport| {
+            let mut w = r.warnings.clone();
+            assert!(w.remove(redact::WARNING).is_some(), "{w:?}");
+            w
+        };
         let one = ingest(&store, &[epoch(1)], &run("one"), &NoProgress).unwrap();
-        assert!(one[0].warnings.is_empty(), "{:?}", one[0].warnings);
+        assert!(
+            without_redaction(&one[0]).is_empty(),
+            "{:?}",
+            one[0].warnings
+        );
         // Synthetic traces of other seeds start days apart: merged on request, with that
         // warning only.
         let apart = IngestOptions {
@@ -2012,14 +2066,11 @@ mod tests {
         };
         let two = ingest(&store, &[epoch(2), epoch(3)], &apart, &NoProgress).unwrap();
         assert_eq!(two[0].files, 2);
-        assert_eq!(two[0].warnings.len(), 1, "{:?}", two[0].warnings);
+        let two_warnings = without_redaction(&two[0]);
+        assert_eq!(two_warnings.len(), 1, "{two_warnings:?}");
         assert!(
-            two[0]
-                .warnings
-                .keys()
-                .all(|w| w.contains("--merge-unrelated")),
-            "{:?}",
-            two[0].warnings
+            two_warnings.keys().all(|w| w.contains("--merge-unrelated")),
+            "{two_warnings:?}"
         );
         // Refused unless asked for: files on different clocks are not one job.
         let refused = ingest(

@@ -1,7 +1,7 @@
 //! Helpers shared by the CLI integration tests: the real `gpuq` binary run on a store.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// `gpuq --store STORE ARGS...`, waited for.
@@ -27,4 +27,25 @@ pub fn ok(store: &Path, args: &[&str]) -> String {
     let o = gpuq(store, args);
     assert!(o.status.success(), "gpuq {args:?}: {}", stderr(&o));
     stdout(&o)
+}
+
+/// `gpuq query --format csv SQL`, asserted to succeed: its standard output.
+pub fn query_csv(store: &Path, sql: &str) -> String {
+    let o = gpuq(store, &["query", "--format", "csv", sql]);
+    assert!(o.status.success(), "{sql}: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// A file of the repository, by its path from the root.
+pub fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// A generated Nsight Systems export (a small two-process capture) at `path`.
+pub fn generate_nsys(path: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["generate", "--format", "nsys", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
 }
