@@ -103,9 +103,7 @@ pub async fn diff(
                 "; SELECT CASE WHEN length(name) > 100 THEN left(name, 97) || '...' ELSE name END \
                  AS name, count_a, count_b, fmt_dur(CAST(value_a AS BIGINT)) AS a, \
                  fmt_dur(CAST(value_b AS BIGINT)) AS b, fmt_dur(delta) AS \"b - a\", \
-                 round(100 * (ratio - 1), 1) AS change_pct, \
-                 round(100 * (typical_ratio / run_shift - 1), 1) AS vs_run_pct, \
-                 round(p_adjusted, 4) AS p_adjusted, status \
+                 round(100 * (ratio - 1), 1) AS change_pct, round(p_adjusted, 4) AS p_adj, status \
                  FROM {} WHERE rank IS NULL{filter} ORDER BY abs(delta) DESC, name LIMIT {}",
                 call(level_name),
                 limit.unwrap_or(20)
@@ -125,7 +123,7 @@ pub async fn diff(
              instance and the summary per second of window; \
              changes under {threshold} % or not significant (p < {}) are unchanged; \
              without steps or with one, keys are judged relative to the run-wide shift \
-             (vs_run_pct: the change beyond it)\n",
+             (compare()'s run_shift; the summary's notes show it)\n",
             compare::ALPHA
         );
     }

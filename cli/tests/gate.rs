@@ -267,9 +267,15 @@ fn a_run_slower_as_a_whole_fails_the_gate_without_calling_every_kernel_slower() 
         let rows = diff_rows(&store, "base", "wide", "kernel");
         let flagged = significant(&rows);
         assert!(flagged.is_empty(), "{label} steps: {flagged:?}");
-        let o = gpuq(&store, &["diff", "base", "wide"]);
-        assert!(o.status.success(), "{}", text(&o));
-        assert!(text(&o).contains("vs_run_pct"), "{}", text(&o));
+        // diff's summary shows the shift where the kernels judge a metric.
+        let summary = diff_rows(&store, "base", "wide", "summary");
+        let kt = summary.iter().find(|r| r.0 == "kernel_time").unwrap();
+        assert_eq!(
+            (kt.1.as_str(), kt.2.as_str()),
+            ("kernels", "slower"),
+            "{kt:?}"
+        );
+        assert!((shown_shift(&kt.3) - 6.0).abs() < 0.6, "{kt:?}");
 
         // The run is 6 % slower all the same: kernel time fails the gate, by the run-wide
         // shift, which the output shows.
