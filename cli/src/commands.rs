@@ -243,18 +243,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let checked = async {
                 let store = open_store(&store_path)?;
                 let ctx = gpuq_query::open_session(&store).await?;
-                let (b, c) = (baseline.as_str(), candidate.as_str());
-                history::check(
-                    &ctx,
-                    &store,
-                    b,
-                    c,
+                let opts = history::CheckOptions {
+                    baseline: &baseline,
+                    candidate: &candidate,
                     max_regression,
-                    &metrics,
+                    metrics: &metrics,
                     fail_untested,
                     format,
-                )
-                .await
+                };
+                history::check(&ctx, &store, &opts).await
             };
             match checked.await {
                 Ok(code) => Ok(code),

@@ -47,6 +47,14 @@ fn pct_change(r: &Row) -> String {
         .map_or("new".into(), |x| format!("{:+.1} %", 100.0 * (x - 1.0)))
 }
 
+/// A key's change beyond the run-wide shift it was judged against (`-` without one).
+fn vs_run(r: &Row) -> String {
+    match (r.run_shift, r.judged_ratio()) {
+        (Some(_), Some(x)) => format!("{:+.1} %", 100.0 * (x - 1.0)),
+        _ => "-".into(),
+    }
+}
+
 fn p_text(p: Option<f64>) -> String {
     p.map_or("-".into(), |p| {
         if p < 1e-4 {
@@ -86,8 +94,8 @@ pub async fn diff(
         let mut sql = format!(
             "SELECT name AS metric, fmt_dur(CAST(value_a AS BIGINT)) AS a, \
              fmt_dur(CAST(value_b AS BIGINT)) AS b, fmt_dur(delta) AS \"b - a\", \
-             round(100 * (ratio - 1), 1) AS change_pct, test, round(p_value, 4) AS p_value, status, \
-             coalesce(note, '') AS note FROM {} WHERE rank IS NULL AND count_a + count_b > 0",
+             round(100 * (ratio - 1), 1) AS change_pct, test, round(p_adjusted, 4) AS p_adjusted, \
+             status, coalesce(note, '') AS note FROM {} WHERE rank IS NULL AND count_a + count_b > 0",
             call("summary")
         );
         if level != Level::Summary {
@@ -95,7 +103,7 @@ pub async fn diff(
                 "; SELECT CASE WHEN length(name) > 100 THEN left(name, 97) || '...' ELSE name END \
                  AS name, count_a, count_b, fmt_dur(CAST(value_a AS BIGINT)) AS a, \
                  fmt_dur(CAST(value_b AS BIGINT)) AS b, fmt_dur(delta) AS \"b - a\", \
-                 round(100 * (ratio - 1), 1) AS change_pct, round(p_value, 4) AS p_value, status \
+                 round(100 * (ratio - 1), 1) AS change_pct, round(p_adjusted, 4) AS p_adj, status \
                  FROM {} WHERE rank IS NULL{filter} ORDER BY abs(delta) DESC, name LIMIT {}",
                 call(level_name),
                 limit.unwrap_or(20)
@@ -113,7 +121,9 @@ pub async fn diff(
         println!(
             "a = {a}, b = {b}; per step when both sides have steps; without steps, kernels per \
              instance and the summary per second of window; \
-             changes under {threshold} % or not significant (p < {}) are unchanged\n",
+             changes under {threshold} % or not significant (p < {}) are unchanged; \
+             without steps or with one, keys are judged relative to the run-wide shift \
+             (compare()'s run_shift; the summary's notes show it)\n",
             compare::ALPHA
         );
     }
@@ -209,17 +219,30 @@ pub async fn trend(
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `gpuq check` compares and how it judges.
+pub struct CheckOptions<'a> {
+    /// Selector of the baseline runs (their median is the baseline).
+    pub baseline: &'a str,
+    /// Selector of the runs under test.
+    pub candidate: &'a str,
+    /// Largest accepted regression, in percent (the comparison's threshold).
+    pub max_regression: f64,
+    /// The gated summary metrics.
+    pub metrics: &'a [String],
+    /// Whether a gated metric past the threshold that could not be tested fails the check.
+    pub fail_untested: bool,
+    pub format: OutputFormat,
+}
+
 /// `gpuq check`: exit 1 on a significant regression of a gated metric.
 pub async fn check(
     ctx: &SessionContext,
     store: &Store,
-    baseline: &str,
-    candidate: &str,
-    max_regression: f64,
-    metrics: &[String],
-    fail_untested: bool,
-    format: OutputFormat,
+    opts: &CheckOptions<'_>,
 ) -> anyhow::Result<ExitCode> {
+    let (baseline, candidate, metrics) = (opts.baseline, opts.candidate, opts.metrics);
+    let (max_regression, fail_untested, format) =
+        (opts.max_regression, opts.fail_untested, opts.format);
     for m in metrics {
         if !SUMMARY_METRICS.contains(&m.as_str()) {
             bail!(
@@ -275,7 +298,8 @@ pub async fn check(
             serde_json::json!({
                 "name": r.name, "baseline": r.value_a, "candidate": r.value_b, "delta": r.delta(),
                 "change_pct": r.ratio().map(|x| 100.0 * (x - 1.0)), "p_value": r.p_value,
-                "test": r.test, "status": r.status, "regression": regressed(r), "note": r.note,
+                "p_adjusted": r.p_adjusted, "test": r.test, "status": r.status,
+                "regression": regressed(r), "note": r.note,
             })
         };
         let out = serde_json::json!({
@@ -307,7 +331,8 @@ pub async fn check(
                     fmt_dur(r.value_a.round() as i64),
                     fmt_dur(r.value_b.round() as i64),
                     pct_change(r),
-                    p_text(r.p_value),
+                    r.test.to_string(),
+                    p_text(r.p_adjusted),
                     r.status.to_string(),
                 ]
             })
@@ -319,11 +344,27 @@ pub async fn check(
                 "baseline",
                 "candidate",
                 "change",
-                "p",
+                "test",
+                "p_adjusted",
                 "status",
             ],
             &rows,
         )?;
+        // What the kernels' evidence counted (and the run-wide shift), where it decided.
+        let judged_by_kernels: Vec<&&Row> = gated
+            .iter()
+            .filter(|r| r.test == "kernels" && r.status != "unchanged")
+            .collect();
+        if !judged_by_kernels.is_empty() {
+            println!("\njudged by the kernels:");
+            for r in judged_by_kernels {
+                // One clause a line: a note runs past 160 columns.
+                println!("  {}:", r.name);
+                for clause in r.note.as_deref().unwrap_or_default().split("; ") {
+                    println!("    {clause}");
+                }
+            }
+        }
         if !untested.is_empty() {
             let gate = if fail_untested {
                 "they fail the check (--fail-untested)"
@@ -346,7 +387,8 @@ pub async fn check(
                         fmt_dur(r.value_b.round() as i64),
                         fmt_dur(r.delta()),
                         pct_change(r),
-                        p_text(r.p_value),
+                        vs_run(r),
+                        p_text(r.p_adjusted),
                         r.status.to_string(),
                     ]
                 })
@@ -358,11 +400,18 @@ pub async fn check(
                     "candidate",
                     "delta",
                     "change",
-                    "p",
+                    "vs_run",
+                    "p_adjusted",
                     "status",
                 ],
                 &rows,
             )?;
+            if let Some(shift) = evidence.iter().find_map(|r| r.run_shift) {
+                println!(
+                    "kernels judged relative to the {} (vs_run: their change beyond it)",
+                    shift.describe()
+                );
+            }
         }
         println!(
             "\n{}",

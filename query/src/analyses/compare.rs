@@ -23,12 +23,22 @@
 //!   are the independent units, so a step that was slow as a whole (every kernel in it) counts
 //!   once: one deviant step among n gives |t| = 1 whatever its size, never p < 0.01;
 //! - `test = 'per-instance'` (no steps, or one step on a side): Mann–Whitney on the instance
-//!   durations; with one step there is no between-step information, so a step slow as a whole
-//!   cannot be told from a regression of every kernel in it (the `note` says so);
-//! - `test = 'kernels'` (summary metrics): the kernels that changed significantly explain a
-//!   change of the metric beyond the threshold, see [`apply_kernel_evidence`];
+//!   durations, **relative to the run-wide shift** ([`run_shift`](super::run_shift)) when 8
+//!   keys or more are tested: b's instances are divided by the shift (by the nearer end of its
+//!   99 % interval), so a run slowed as a whole, or its one step, is not every kernel's
+//!   regression; the change held against the threshold is `typical_ratio / run_shift`.
+//!   Holm's correction over the comparison's per-instance rows counts only the keys whose
+//!   instance counts can reach significance (Tarone); the others are `(untested)` past the
+//!   threshold, with a `note` saying how many instances were needed;
+//! - `test = 'kernels'` (summary metrics): the kernels that changed significantly, and the
+//!   run-wide shift when it is significant, explain a change of the metric beyond the
+//!   threshold, see [`apply_kernel_evidence`];
 //! - `test = 'none'`: nothing to test (one value a side); the status says `(untested)` and the
 //!   `note` says why.
+//!
+//! `p_adjusted` is the p-value the status rests on: Holm-adjusted for per-instance rows, the
+//! test's own for per-step rows, and for `test = 'kernels'` the largest adjusted p-value of the
+//! evidence counted (NULL unless that made it `slower` / `faster`).
 //!
 //! Otherwise the status is `unchanged` (under the threshold) or `unchanged (noise)` (over it
 //! but not significant). A key only on one side is `added` / `removed`. Multi-rank runs get
@@ -41,8 +51,11 @@
 //! ```
 
 use super::profile::{load_profiles, Level, Profile, SUMMARY_METRICS};
+use super::run_shift::{short_p, RunShift};
 use super::selector::run_names;
-use super::stats::{mann_whitney, mean, median, median_ints, t_test};
+use super::stats::{
+    holm_tarone, mann_whitney, mann_whitney_min_p, mean, median, median_ints, t_test,
+};
 use super::{FnArgs, LazyTable};
 use crate::functions::kernel_class::kernel_class;
 use datafusion::arrow::array::{
@@ -84,7 +97,9 @@ pub fn schema() -> SchemaRef {
         f("delta", DataType::Int64, false),
         f("ratio", DataType::Float64, true),
         f("typical_ratio", DataType::Float64, true),
+        f("run_shift", DataType::Float64, true),
         f("p_value", DataType::Float64, true),
+        f("p_adjusted", DataType::Float64, true),
         f("note", DataType::Utf8, true),
         f("test", DataType::Utf8, false),
         f("status", DataType::Utf8, false),
@@ -111,7 +126,13 @@ pub struct Row {
     /// b / a of what the test compares, outliers aside: the mean per-step summary (per-step
     /// test) or the median instance (per-instance test).
     pub typical_ratio: Option<f64>,
+    /// Per-instance rows of 8 keys or more: how much the run moved as a whole, which the key
+    /// is judged against.
+    pub run_shift: Option<RunShift>,
+    /// The test's own p-value.
     pub p_value: Option<f64>,
+    /// The p-value the status rests on (see the module documentation).
+    pub p_adjusted: Option<f64>,
     pub test: &'static str,
     pub status: &'static str,
     /// Why a change could not be tested, or what its test could not see.
@@ -125,6 +146,13 @@ impl Row {
 
     pub fn ratio(&self) -> Option<f64> {
         (self.value_a > 0.0).then(|| self.value_b / self.value_a)
+    }
+
+    /// The change held against the threshold, as a ratio: `typical_ratio` (else `ratio`),
+    /// relative to the run-wide shift where there is one.
+    pub fn judged_ratio(&self) -> Option<f64> {
+        let shift = self.run_shift.map_or(1.0, |s| s.ratio);
+        self.typical_ratio.or(self.ratio()).map(|r| r / shift)
     }
 
     /// Instances per second of side a's window (runs without steps).
@@ -251,17 +279,29 @@ pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, level: Level) -
     let mut out = Vec::new();
     for rank in rank_selections(a, b) {
         let per_step = a.iter().chain(b).all(|p| p.steps_of(rank).next().is_some());
-        let mut rows: Vec<Row> = keys
-            .iter()
-            .map(|key| {
-                let sa = side_stats(a, key, rank, per_step, alike);
-                let sb = side_stats(b, key, rank, per_step, alike);
-                judge(rank.flatten(), key, sa, sb, per_step, threshold_pct)
-            })
-            .filter(|r| r.count_a > 0 || r.count_b > 0)
-            .collect();
-        if !summary {
-            hold_family_error(&mut rows, threshold_pct);
+        let mut rows = Vec::new();
+        // The instances of each per-instance row, for the tests relative to the run.
+        let mut samples = Vec::new();
+        for key in &keys {
+            let sa = side_stats(a, key, rank, per_step, alike);
+            let sb = side_stats(b, key, rank, per_step, alike);
+            let row = judge(rank.flatten(), key, &sa, &sb, per_step, threshold_pct);
+            if row.count_a > 0 || row.count_b > 0 {
+                samples.push((row.test == PER_INSTANCE).then_some((sa.instances, sb.instances)));
+                rows.push(row);
+            }
+        }
+        if summary {
+            // A handful of metrics of one run: each on its own test.
+            for row in rows.iter_mut().filter(|r| r.test == PER_INSTANCE) {
+                row.p_adjusted = row.p_value;
+                let evidence = Evidence::of(row.p_adjusted);
+                set_status(row, threshold_pct, evidence);
+            }
+            let order = |n: &str| SUMMARY_METRICS.iter().position(|m| *m == n);
+            rows.sort_by_key(|r| order(&r.name));
+        } else {
+            judge_instances(&mut rows, &samples, per_step, threshold_pct);
             let (ta, tb) = (
                 rows.iter().map(|r| r.total_a).sum::<i64>(),
                 rows.iter().map(|r| r.total_b).sum::<i64>(),
@@ -273,9 +313,6 @@ pub fn compare(a: &[Profile], b: &[Profile], threshold_pct: f64, level: Level) -
             rows.sort_by(|x, y| {
                 (y.delta().abs().cmp(&x.delta().abs())).then_with(|| x.name.cmp(&y.name))
             });
-        } else {
-            let order = |n: &str| SUMMARY_METRICS.iter().position(|m| *m == n);
-            rows.sort_by_key(|r| order(&r.name));
         }
         out.extend(rows);
     }
@@ -296,16 +333,17 @@ fn share(part: i64, whole: i64) -> Option<f64> {
     (whole > 0).then(|| (1000.0 * part as f64 / whole as f64).round() / 10.0)
 }
 
-const ONE_STEP: &str = "one step on a side: instances tested within it, so a step slow as a \
-                        whole cannot be told from a regression";
+const PER_INSTANCE: &str = "per-instance";
+const ONE_STEP: &str = "one step on a side and fewer than 8 keys to measure the run-wide shift \
+                        by: a step slow as a whole cannot be told from a regression";
 const ONE_SAMPLE: &str = "one value a side (one step, one window or one stage): noise cannot \
                           be judged";
 
 fn judge(
     rank: Option<i32>,
     key: &str,
-    a: SideStats,
-    b: SideStats,
+    a: &SideStats,
+    b: &SideStats,
     per_step: bool,
     threshold_pct: f64,
 ) -> Row {
@@ -323,7 +361,9 @@ fn judge(
         value_a: a.value,
         value_b: b.value,
         typical_ratio: None,
+        run_shift: None,
         p_value: None,
+        p_adjusted: None,
         test: "none",
         status: "unchanged",
         note: None,
@@ -343,49 +383,130 @@ fn judge(
     if per_step && a.step_values.len() >= 2 && b.step_values.len() >= 2 {
         row.test = "per-step";
         row.p_value = t_test(&a.step_values, &b.step_values);
+        row.p_adjusted = row.p_value;
         row.typical_ratio = ratio_of(mean(&a.step_values), mean(&b.step_values));
     } else if a.instances.len() >= 2 && b.instances.len() >= 2 {
-        row.test = "per-instance";
+        // Tested and judged with the other keys: see `judge_instances`.
+        row.test = PER_INSTANCE;
         row.p_value = mann_whitney(&a.instances, &b.instances);
         let typical = |v: &[i64]| median_ints(v.to_vec());
         row.typical_ratio = ratio_of(typical(&a.instances), typical(&b.instances));
-        if per_step {
-            row.note = Some(ONE_STEP.into());
-        }
+        return row;
     } else {
         row.note = Some(ONE_SAMPLE.into());
     }
-    set_status(&mut row, threshold_pct, |r| {
-        r.p_value.is_some_and(|p| p < ALPHA)
-    });
+    let evidence = Evidence::of(row.p_adjusted);
+    set_status(&mut row, threshold_pct, evidence);
     row
 }
 
-/// Holm's step-down correction over a comparison's per-instance rows. Without steps (or with
-/// one) nothing absorbs chance, and testing dozens of kernels at [`ALPHA`] each would call
-/// about [`ALPHA`] of them slower or faster on noise alone; a real shift over many instances
-/// gives a far smaller p-value than the correction asks. So the chance of any false `slower` /
-/// `faster` among them stays at [`ALPHA`]. `p_value` stays the test's own.
-fn hold_family_error(rows: &mut [Row], threshold_pct: f64) {
-    let mut tested: Vec<(f64, usize)> = rows
+/// Judges a comparison's per-instance rows together (no steps, or one step on a side), where
+/// nothing like steps absorbs what the run shares:
+///
+/// - **the run-wide shift**: with 8 keys or more, each key is tested relative to how much
+///   the run moved as a whole ([`RunShift`]): Mann–Whitney of a's instances against b's
+///   divided by the nearer end of the shift's 99 % interval (p = 1 inside it), and the change
+///   held against the threshold is `typical_ratio / run_shift`. A run slowed as a whole
+///   (clocks, a noisy neighbour, its one step) is then no kernel's regression; the summary
+///   metrics still see it ([`apply_kernel_evidence`]);
+/// - **Holm's correction** with Tarone's count (see [`holm_tarone`]): testing dozens of
+///   kernels at [`ALPHA`] each would call about [`ALPHA`] of them slower or faster on noise
+///   alone; the correction holds the chance of any false `slower` / `faster` at [`ALPHA`].
+///   Keys whose instance counts cannot reach significance under it (6 against 6 instances can
+///   give p = 0.0022 at best) are not counted; they are `(untested)` past the threshold, with
+///   a note saying how many instances a side would do.
+fn judge_instances(
+    rows: &mut [Row],
+    samples: &[Option<(Vec<i64>, Vec<i64>)>],
+    per_step: bool,
+    threshold_pct: f64,
+) {
+    let tested: Vec<usize> = (0..rows.len()).filter(|&i| samples[i].is_some()).collect();
+    let ratios: Vec<f64> = tested
         .iter()
-        .enumerate()
-        .filter(|(_, r)| r.test == "per-instance")
-        .filter_map(|(i, r)| r.p_value.map(|p| (p, i)))
+        .filter_map(|&i| rows[i].typical_ratio)
         .collect();
-    tested.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let m = tested.len();
-    let mut rejecting = true;
-    for (k, &(p, i)) in tested.iter().enumerate() {
-        rejecting = rejecting && p < ALPHA / (m - k) as f64;
-        let significant = rejecting;
-        set_status(&mut rows[i], threshold_pct, |_| significant);
+    let shift = RunShift::estimate(&ratios);
+    let mut tests = Vec::with_capacity(tested.len());
+    for &i in &tested {
+        let (a, b) = samples[i].as_ref().expect("samples of a per-instance row");
+        let row = &mut rows[i];
+        if let Some(shift) = shift {
+            row.run_shift = Some(shift);
+            row.p_value = Some(relative_p(a, b, row.typical_ratio, &shift));
+        } else if per_step {
+            row.note = Some(ONE_STEP.into());
+        }
+        tests.push((
+            row.p_value.unwrap_or(1.0),
+            mann_whitney_min_p(a.len(), b.len()),
+        ));
+    }
+    let (adjusted, counted) = holm_tarone(&tests, ALPHA);
+    for (j, &i) in tested.iter().enumerate() {
+        let row = &mut rows[i];
+        row.p_adjusted = adjusted[j];
+        if row.p_adjusted.is_none() {
+            let (a, b) = samples[i].as_ref().expect("samples of a per-instance row");
+            row.note = Some(too_few_instances(a.len(), b.len(), counted));
+        }
+        let evidence = Evidence::of(row.p_adjusted);
+        set_status(row, threshold_pct, evidence);
     }
 }
 
-/// The status from the change against the threshold and whether it is significant.
-fn set_status(row: &mut Row, threshold_pct: f64, significant: impl Fn(&Row) -> bool) {
-    let change = match row.typical_ratio.or(row.ratio()) {
+/// Mann–Whitney of `a` against `b` divided by the shift, at the end of its interval nearer to
+/// the key's own ratio: the key must have moved more than the run even there. A key whose
+/// ratio is inside the interval cannot be told from the run (p = 1).
+fn relative_p(a: &[i64], b: &[i64], typical: Option<f64>, shift: &RunShift) -> f64 {
+    let edge = match typical {
+        Some(t) if t > shift.high => shift.high,
+        Some(t) if t < shift.low => shift.low,
+        _ => return 1.0,
+    };
+    let scaled: Vec<i64> = b
+        .iter()
+        .map(|&x| (x as f64 / edge).round() as i64)
+        .collect();
+    mann_whitney(a, &scaled).unwrap_or(1.0)
+}
+
+/// Why a key was not tested: its instance counts, and how many a side the correction needs.
+fn too_few_instances(na: usize, nb: usize, counted: usize) -> String {
+    let needed = (2..=1000)
+        .find(|&n| mann_whitney_min_p(n, n) < ALPHA / counted as f64)
+        .unwrap_or(1000);
+    format!(
+        "too few instances ({na} vs {nb}) for a rank test to pass Holm's correction over the \
+         {counted} keys that can: about {needed} a side needed"
+    )
+}
+
+/// What decides a status past the threshold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Evidence {
+    /// Significant at [`ALPHA`] (adjusted where it applies).
+    Significant,
+    /// Tested, not significant.
+    Noise,
+    /// Nothing could test it.
+    Untested,
+}
+
+impl Evidence {
+    /// From the p-value a status rests on (`None`: untested).
+    fn of(p: Option<f64>) -> Evidence {
+        match p {
+            None => Evidence::Untested,
+            Some(p) if p < ALPHA => Evidence::Significant,
+            Some(_) => Evidence::Noise,
+        }
+    }
+}
+
+/// The status from the change against the threshold and the evidence.
+fn set_status(row: &mut Row, threshold_pct: f64, evidence: Evidence) {
+    let change = match row.judged_ratio() {
         Some(r) => r - 1.0,
         None if row.value_b > 0.0 => f64::INFINITY,
         None => 0.0,
@@ -393,20 +514,14 @@ fn set_status(row: &mut Row, threshold_pct: f64, significant: impl Fn(&Row) -> b
     let slower = change > 0.0;
     row.status = if change.abs() * 100.0 <= threshold_pct {
         "unchanged"
-    } else if row.test == "none" {
-        if slower {
-            "slower (untested)"
-        } else {
-            "faster (untested)"
-        }
-    } else if significant(row) {
-        if slower {
-            "slower"
-        } else {
-            "faster"
-        }
     } else {
-        "unchanged (noise)"
+        match (evidence, slower) {
+            (Evidence::Untested, true) => "slower (untested)",
+            (Evidence::Untested, false) => "faster (untested)",
+            (Evidence::Significant, true) => "slower",
+            (Evidence::Significant, false) => "faster",
+            (Evidence::Noise, _) => "unchanged (noise)",
+        }
     };
 }
 
@@ -426,15 +541,21 @@ fn kernels_of(metric: &str) -> Option<fn(&str) -> bool> {
 ///
 /// - **with steps**, a metric made of kernels (`step_time`, `gpu_busy`, `kernel_time`: every
 ///   kernel; `compute`, `communication`: their class) is `slower` / `faster` when it moved past
-///   the threshold and the kernels that changed *significantly* (by their own tests) add up,
-///   per step, to a change past the threshold of the metric, in the same direction. Either
-///   this or the metric's own per-step test suffices.
+///   the threshold and the evidence adds up, per step, to a change past the threshold of the
+///   metric, in the same direction. Either this or the metric's own per-step test suffices.
 /// - **without steps**, `kernel_time`, `compute` and `communication` are per second of side
 ///   a's window: Σ over a's kernels of a's instance rate × the mean instance duration of each
 ///   side. A different window length, or more instances falling into it, changes nothing;
-///   only per-instance durations do. Significant when the kernels that changed significantly
-///   explain more than the threshold. The other metrics are rates per second of each side's
-///   window and stay untested: the work that fell into a window is not a speed.
+///   only per-instance durations do. Significant when the evidence explains more than the
+///   threshold. The other metrics are rates per second of each side's window and stay
+///   untested: the work that fell into a window is not a speed.
+///
+/// The evidence: each kernel that changed significantly (by its own test, relative to the run
+/// where it was judged so) counts with its whole change; when the run moved as a whole (its
+/// [`RunShift`] is significant) every other kernel counts with the run-wide shift. So a run
+/// slower as a whole is no kernel's regression, but it is the run's, and the gate sees it.
+/// `p_adjusted` is the largest adjusted p-value of what was counted; the metric's own p-value
+/// (if any) is in the `note`.
 pub fn apply_kernel_evidence(summary: &mut [Row], kernels: &[Row], threshold_pct: f64) {
     for row in summary.iter_mut() {
         let flat = row.window_a.is_some() || row.window_b.is_some();
@@ -454,23 +575,16 @@ pub fn apply_kernel_evidence(summary: &mut [Row], kernels: &[Row], threshold_pct
                 let of_a: Vec<&Row> = mine.into_iter().filter(|k| k.count_a > 0).collect();
                 row.value_a = of_a.iter().map(|k| rate_a(k) * k.value_a).sum();
                 row.value_b = of_a.iter().map(|k| rate_a(k) * at_b(k)).sum();
-                let explained: f64 = of_a
-                    .iter()
-                    .filter(|k| k.is_significant())
-                    .map(|k| rate_a(k) * (k.value_b - k.value_a))
-                    .sum();
+                let evidence = KernelEvidence::gather(&of_a, rate_a);
                 row.test = "kernels";
                 row.p_value = None;
                 row.typical_ratio = None;
-                row.note = Some(
-                    "per second of a's window at each side's mean instance durations: counts \
-                     and window lengths drop out"
-                        .into(),
-                );
-                let value_a = row.value_a;
-                set_status(row, threshold_pct, |_| {
-                    explains(explained, value_a, threshold_pct)
-                });
+                row.note = Some(format!(
+                    "per second of a's window at each side's mean instance durations (counts \
+                     and window lengths drop out); {}",
+                    evidence.describe(row.value_a)
+                ));
+                evidence.judge(row, threshold_pct);
             }
             (true, _) => {
                 let rate = |v: i64, w: Option<i64>| {
@@ -481,34 +595,118 @@ pub fn apply_kernel_evidence(summary: &mut [Row], kernels: &[Row], threshold_pct
                 row.value_b = rate(row.total_b, row.window_b);
                 row.test = "none";
                 row.p_value = None;
+                row.p_adjusted = None;
                 row.typical_ratio = None;
                 row.note = Some(
                     "no steps: a rate per second of each side's window, which says how much \
                      work fell into the window, not how fast it ran"
                         .into(),
                 );
-                set_status(row, threshold_pct, |_| false);
+                set_status(row, threshold_pct, Evidence::Untested);
             }
             (false, Some(_)) if needs_kernels(row) && row.count_a > 0 && row.count_b > 0 => {
-                let explained: f64 = mine
-                    .iter()
-                    .filter(|k| k.is_significant())
-                    .map(|k| k.value_b - k.value_a)
-                    .sum();
                 let own = row.test == "per-step" && row.p_value.is_some_and(|p| p < ALPHA);
-                let by_kernels = explains(explained, row.value_a, threshold_pct)
-                    && (explained > 0.0) == (row.value_b > row.value_a);
-                if !own {
-                    row.test = "kernels";
-                    row.note = Some(format!(
-                        "the kernels that changed significantly explain {:+.1} % of it",
-                        100.0 * explained / row.value_a.max(1.0)
-                    ));
+                if own {
+                    row.p_adjusted = row.p_value;
+                    set_status(row, threshold_pct, Evidence::Significant);
+                    continue;
                 }
-                set_status(row, threshold_pct, |_| own || by_kernels);
+                let evidence = KernelEvidence::gather(&mine, |_| 1.0);
+                let own_test = match (row.test, row.p_value.take()) {
+                    ("per-step", Some(p)) => format!("; its own per-step test: p = {}", short_p(p)),
+                    _ => String::new(),
+                };
+                row.test = "kernels";
+                row.note = Some(format!("{}{own_test}", evidence.describe(row.value_a)));
+                evidence.judge(row, threshold_pct);
             }
             _ => {}
         }
+    }
+}
+
+/// What the kernels say about a summary metric (see [`apply_kernel_evidence`]), in the
+/// metric's unit (each kernel weighted: 1 per step, its instance rate without steps).
+struct KernelEvidence {
+    /// The change of the kernels that changed significantly.
+    by_kernels: f64,
+    kernels: usize,
+    /// The other kernels' change at the run-wide shift, when that is significant.
+    by_run: f64,
+    shift: Option<RunShift>,
+    /// The largest adjusted p-value of what was counted.
+    p: Option<f64>,
+}
+
+impl KernelEvidence {
+    fn gather(kernels: &[&Row], weight: impl Fn(&Row) -> f64) -> KernelEvidence {
+        let shift = kernels.iter().find_map(|k| k.run_shift);
+        let moved = shift.filter(RunShift::is_significant);
+        let mut e = KernelEvidence {
+            by_kernels: 0.0,
+            kernels: 0,
+            by_run: 0.0,
+            shift,
+            p: None,
+        };
+        let worst = |p: Option<f64>, q: Option<f64>| match (p, q) {
+            (Some(p), Some(q)) => Some(p.max(q)),
+            (p, q) => p.or(q),
+        };
+        for k in kernels {
+            if k.is_significant() {
+                e.by_kernels += weight(k) * (k.value_b - k.value_a);
+                e.kernels += 1;
+                e.p = worst(e.p, k.p_adjusted);
+            } else if let Some(s) = moved {
+                e.by_run += weight(k) * k.value_a * (s.ratio - 1.0);
+            }
+        }
+        if let Some(s) = moved.filter(|_| e.by_run != 0.0) {
+            e.p = worst(e.p, Some(s.p_value));
+        }
+        e
+    }
+
+    fn explained(&self) -> f64 {
+        self.by_kernels + self.by_run
+    }
+
+    /// The note: what explains how much of `value_a`.
+    fn describe(&self, value_a: f64) -> String {
+        let pct = |x: f64| 100.0 * x / value_a.max(1.0);
+        let mut text = format!(
+            "the {} kernel(s) that changed significantly explain {:+.1} %",
+            self.kernels,
+            pct(self.by_kernels)
+        );
+        if let Some(s) = self.shift {
+            let counted = if s.is_significant() {
+                format!(
+                    "; the others at the {}: {:+.1} %",
+                    s.describe(),
+                    pct(self.by_run)
+                )
+            } else {
+                format!("; {} (not significant)", s.describe())
+            };
+            text.push_str(&counted);
+        }
+        text
+    }
+
+    /// Sets `row`'s status (and `p_adjusted`) from this evidence.
+    fn judge(&self, row: &mut Row, threshold_pct: f64) {
+        let explained = self.explained();
+        let significant = explains(explained, row.value_a, threshold_pct)
+            && (explained > 0.0) == (row.value_b > row.value_a);
+        let evidence = if significant {
+            Evidence::Significant
+        } else {
+            Evidence::Noise
+        };
+        set_status(row, threshold_pct, evidence);
+        row.p_adjusted = self.p.filter(|_| row.is_significant());
     }
 }
 
@@ -595,7 +793,11 @@ pub fn to_batch(rows: &[Row]) -> Result<Vec<RecordBatch>> {
         Arc::new(Float64Array::from_iter(
             rows.iter().map(|r| r.typical_ratio),
         )),
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| r.run_shift.map(|s| s.ratio)),
+        )),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.p_value))),
+        Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.p_adjusted))),
         Arc::new(StringArray::from_iter(
             rows.iter().map(|r| r.note.as_deref()),
         )),

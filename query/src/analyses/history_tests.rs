@@ -152,6 +152,36 @@ async fn compare_flags_an_injected_slowdown_and_not_noise() {
         assert_ne!(row["status"], "faster");
     }
 
+    // Stage level with steps: a stage's wall time per step (it was 0: stages kept no steps);
+    // the `ProfilerStep` stage per step is the mean step duration.
+    let stages = rows(
+        &ctx,
+        "SELECT * FROM compare('base', 'slow', 'stage') WHERE rank IS NULL",
+    )
+    .await;
+    let step_row = stages
+        .iter()
+        .find(|r| r["name"] == "steps: ProfilerStep")
+        .unwrap();
+    let mean_step = rows(
+        &ctx,
+        "SELECT avg(dur) AS d FROM steps WHERE run = 'base' AND step IS NOT NULL",
+    )
+    .await;
+    let want: f64 = mean_step[0]["d"].parse().unwrap();
+    let got: f64 = step_row["value_a"].parse().unwrap();
+    assert!((got - want).abs() < 1.0, "{got} vs {want}: {step_row:?}");
+    assert_eq!(step_row["test"], "per-step", "{step_row:?}");
+    let phases: Vec<_> = stages
+        .iter()
+        .filter(|r| r["name"].starts_with("phase: "))
+        .collect();
+    assert!(!phases.is_empty(), "{stages:?}");
+    for r in phases {
+        assert!(r["value_a"].parse::<f64>().unwrap() > 0.0, "{r:?}");
+        assert_eq!(r["test"], "per-step", "{r:?}");
+    }
+
     // Summary: kernel time per step moves by the sum of the kernels' deltas (means add up;
     // each delta is rounded to 1 ns). At ~1 % of kernel time it is under the threshold.
     let summary = rows(&ctx, "SELECT * FROM compare('base', 'slow', 'summary')").await;
@@ -292,8 +322,15 @@ fn a_shift_in_every_instance_is_slower_with_1_3_or_5_steps_or_none() {
             assert_eq!(r.test, want);
             let typical = r.typical_ratio.unwrap();
             assert!((1.07..1.13).contains(&typical), "{r:?}");
-            // With one step the test cannot see a step slow as a whole: the row says so.
-            assert_eq!(r.note.is_some(), steps == 1, "{r:?}");
+            // Without steps (or with one), 8 kernels are enough to judge each against the
+            // run as a whole, which moved little
+            assert_eq!(r.run_shift.is_some(), steps < 2, "{r:?}");
+            // (each run has a common factor of sd 0.5 %, as quiet machines do).
+            if let Some(shift) = r.run_shift {
+                assert!((shift.ratio - 1.0).abs() < 0.025, "{r:?}");
+            }
+            assert!(r.note.is_none(), "{r:?}");
+            assert!(r.p_adjusted.unwrap() < super::compare::ALPHA, "{r:?}");
             let others = rows.values().filter(|r| r.name != SimConfig::name(2));
             assert!(others.clone().all(|r| !r.is_significant()), "{steps} steps");
         }
@@ -381,7 +418,9 @@ fn summary_row(name: &str, a: (i64, i64), b: (i64, i64), windows: Option<(i64, i
         value_a: a.1 as f64,
         value_b: b.1 as f64,
         typical_ratio: None,
+        run_shift: None,
         p_value: None,
+        p_adjusted: None,
         test: "none",
         status: "unchanged",
         note: None,
@@ -398,6 +437,7 @@ fn summary_metrics_take_their_evidence_from_the_kernels() {
         value_b: b.1,
         status,
         test: "per-instance",
+        p_adjusted: Some(if status == "slower" { 4e-4 } else { 0.3 }),
         ..summary_row(name, (a.0, 0), (b.0, 0), w)
     };
     let kernels = vec![
@@ -415,6 +455,8 @@ fn summary_metrics_take_their_evidence_from_the_kernels() {
     assert!((kt.value_a - (3e8 + 80e6 / 0.3)).abs() < 1.0, "{kt:?}");
     assert!((kt.value_b - kt.value_a - 3e7).abs() < 1.0, "{kt:?}");
     assert_eq!((kt.status, kt.test), ("slower", "kernels"), "{kt:?}");
+    // What decided it is the slow kernel's adjusted p-value.
+    assert_eq!((kt.p_value, kt.p_adjusted), (None, Some(4e-4)), "{kt:?}");
     // gpu_busy is a rate of each window, +69 %, but that is what fell into it: untested.
     let busy = &summary[1];
     assert_eq!((busy.status, busy.test), ("slower (untested)", "none"));
@@ -430,6 +472,7 @@ fn summary_metrics_take_their_evidence_from_the_kernels() {
         value_b: b,
         status,
         test: "per-instance",
+        p_adjusted: Some(if status == "slower" { 2e-3 } else { 0.5 }),
         ..summary_row(name, (4, 0), (4, 0), None)
     };
     let kernels = vec![
@@ -444,10 +487,154 @@ fn summary_metrics_take_their_evidence_from_the_kernels() {
     let mut summary = vec![one_step(1060)];
     apply_kernel_evidence(&mut summary, &kernels, 3.0);
     assert_eq!((summary[0].status, summary[0].test), ("slower", "kernels"));
-    // At a 6 % threshold the kernels' +5 % is not enough.
+    assert_eq!(summary[0].p_adjusted, Some(2e-3), "{:?}", summary[0]);
+    // At a 6 % threshold the kernels' +5 % is not enough, and no p-value stands beside it.
     let mut summary = vec![one_step(1070)];
     apply_kernel_evidence(&mut summary, &kernels, 6.0);
     assert_eq!(summary[0].status, "unchanged (noise)", "{:?}", summary[0]);
+    assert_eq!(summary[0].p_adjusted, None, "{:?}", summary[0]);
+
+    // With steps, a metric whose own per-step test says nothing (p = 0.39) but whose kernels
+    // explain the change: `slower` by the kernels, and the p-value shown is theirs, not 0.39.
+    let per_step = Row {
+        test: "per-step",
+        p_value: Some(0.39),
+        p_adjusted: Some(0.39),
+        status: "unchanged (noise)",
+        ..summary_row("kernel_time", (3, 1000), (3, 1060), None)
+    };
+    let mut summary = vec![per_step];
+    apply_kernel_evidence(&mut summary, &kernels, 3.0);
+    let kt = &summary[0];
+    assert_eq!((kt.status, kt.test), ("slower", "kernels"), "{kt:?}");
+    assert_eq!((kt.p_value, kt.p_adjusted), (None, Some(2e-3)), "{kt:?}");
+    assert!(kt.note.as_deref().unwrap().contains("p = 0.3900"), "{kt:?}");
+}
+
+/// Every kernel of b `factor` slower: without steps a run-wide factor, with one step a slow
+/// step (the same thing to a comparison of one step a side).
+fn run_wide(factor: f64, also: Option<(usize, f64)>) -> Change {
+    Change {
+        kernels: also.into_iter().collect(),
+        step: Some((0, factor)),
+    }
+}
+
+#[test]
+fn a_run_wide_shift_is_the_runs_not_every_kernels() {
+    for steps in [0, 1] {
+        let cfg = SimConfig::typical(32, steps);
+        // b 5 % slower as a whole, and kernel 7 (169 instances a step) 15 % more on top.
+        let rows = statuses(&cfg, 11, &run_wide(1.05, Some((7, 1.15))));
+        let shift = rows.values().find_map(|r| r.run_shift).unwrap();
+        assert!(
+            (shift.ratio - 1.05).abs() < 0.01,
+            "{steps} steps: {shift:?}"
+        );
+        // (Each side's runs also carry their own common factor of sd 0.5 %.)
+        assert!(shift.is_significant(), "{shift:?}");
+        assert!(
+            shift.low <= shift.ratio && shift.ratio <= shift.high,
+            "{shift:?}"
+        );
+        assert!(shift.high - shift.low < 0.02, "{shift:?}");
+        let flagged: Vec<&Row> = rows.values().filter(|r| r.is_significant()).collect();
+        let names: Vec<&str> = flagged.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, [SimConfig::name(7)], "{steps} steps: {flagged:?}");
+        let slow = flagged[0];
+        assert_eq!(slow.status, "slower");
+        assert!(
+            (slow.judged_ratio().unwrap() - 1.15).abs() < 0.02,
+            "{slow:?}"
+        );
+
+        // The run is slower all the same: kernel time moved by ~5 % + kernel 7's part, and
+        // the evidence counts the shift (the run's) and kernel 7 (its own).
+        let kernels: Vec<Row> = rows.into_values().collect();
+        let (ta, tb) = (
+            kernels.iter().map(|k| k.value_a).sum::<f64>(),
+            kernels.iter().map(|k| k.value_b).sum::<f64>(),
+        );
+        let windows = (steps == 0).then_some((1_000_000_000, 1_000_000_000));
+        let mut summary = vec![Row {
+            status: "slower (untested)",
+            ..summary_row("kernel_time", (1, ta as i64), (1, tb as i64), windows)
+        }];
+        apply_kernel_evidence(&mut summary, &kernels, 3.0);
+        let kt = &summary[0];
+        assert_eq!((kt.status, kt.test), ("slower", "kernels"), "{kt:?}");
+        assert!(kt.p_adjusted.unwrap() < super::compare::ALPHA, "{kt:?}");
+        let note = kt.note.as_deref().unwrap();
+        let shown: f64 = note
+            .split("run-wide shift ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{note}"));
+        // The note shows the shift measured (5 % and the runs' own common factors).
+        assert!(
+            (shown - 100.0 * (shift.ratio - 1.0)).abs() < 0.051,
+            "{note}"
+        );
+        assert!(note.contains("the 1 kernel(s)"), "{note}");
+    }
+    // No shift at all (not even the runs' own common factor): the run-wide shift is
+    // measured, not significant, and counts nothing.
+    let cfg = SimConfig {
+        step_sd_pct: 0.0,
+        ..SimConfig::typical(32, 0)
+    };
+    let kernels: Vec<Row> = statuses(&cfg, 12, &Change::default())
+        .into_values()
+        .collect();
+    assert!(kernels.iter().all(|k| !k.is_significant()));
+    let shift = kernels.iter().find_map(|r| r.run_shift).unwrap();
+    assert!(!shift.is_significant(), "{shift:?}");
+    let w = Some((1_000_000_000, 1_000_000_000));
+    let mut summary = vec![summary_row("kernel_time", (1, 1), (1, 1), w)];
+    apply_kernel_evidence(&mut summary, &kernels, 1.0);
+    assert!(
+        summary[0].status.starts_with("unchanged"),
+        "{:?}",
+        summary[0]
+    );
+}
+
+#[test]
+fn kernels_with_too_few_instances_are_untested_not_noise() {
+    // One step a side, 16 kernels: 8 run 6 times, 8 run 32 times; kernel 0 (6 instances) and
+    // kernel 1 (32) are 10 % slower. 6 against 6 can give p = 0.0022 at best, which Holm's
+    // correction over the 8 kernels that can be tested (0.01 / 8) never lets through.
+    let cfg = SimConfig {
+        instances: vec![6, 32],
+        outlier_one_in: 0,
+        ..SimConfig::typical(16, 1)
+    };
+    for pair in 0..3 {
+        let rows = statuses(
+            &cfg,
+            pair,
+            &Change {
+                kernels: vec![(0, 1.1), (1, 1.1)],
+                step: None,
+            },
+        );
+        let few = &rows[&SimConfig::name(0)];
+        assert_eq!(few.status, "slower (untested)", "{few:?}");
+        assert_eq!(few.p_adjusted, None, "{few:?}");
+        let note = few.note.as_deref().unwrap();
+        assert!(note.contains("too few instances (6 vs 6)"), "{note}");
+        assert!(
+            note.contains("over the 8 keys") && note.contains("about 7 a side"),
+            "{note}"
+        );
+        let many = &rows[&SimConfig::name(1)];
+        assert_eq!(many.status, "slower", "{many:?}");
+        // No 6-instance kernel is ever called noise past the threshold.
+        for r in rows.values().filter(|r| r.count_a == 6) {
+            assert_ne!(r.status, "unchanged (noise)", "{r:?}");
+        }
+    }
 }
 
 #[test]

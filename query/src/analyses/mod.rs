@@ -38,6 +38,7 @@ pub mod launch;
 pub mod profile;
 pub mod repeatability;
 pub mod roofline;
+pub mod run_shift;
 pub mod selector;
 pub mod self_time;
 pub mod skew;

@@ -5,7 +5,8 @@
 //! A run *with steps* (`ProfilerStep#N` ranges in the `steps` view) is described per
 //! (rank, step): the GPU time each key took in the step (work is attributed to the step of its
 //! launch, as in the `step` column), and at the GPU-time levels each instance's duration in
-//! the step. A run *without steps* keeps each instance's duration and the length of each
+//! the step. At the stage level a step holds the stage's wall time inside the step's window.
+//! A run *without steps* keeps each instance's duration and the length of each
 //! rank's window (first to last event), so that counts can be read as rates.
 //! Summary metrics (per step, or per rank over the whole run without steps):
 //!
@@ -19,7 +20,8 @@
 //! | `communication` | summed durations of communication kernels (`kernel_class`) |
 //! | `memcpy`, `memset` | summed copy / memset durations |
 
-use super::data::{collect, ints, strings, walls};
+use super::data::{collect, ints, steps, strings, walls};
+use super::intervals::{intersect, length};
 use super::literal;
 use super::stages::load_stages;
 use datafusion::error::{DataFusionError, Result};
@@ -188,6 +190,11 @@ pub async fn load_profiles(
     match level {
         Level::Stage => {
             for run in runs {
+                let run_steps = if profiles[run].steps.is_empty() {
+                    Vec::new()
+                } else {
+                    steps(ctx, run).await?
+                };
                 let p = profiles.get_mut(run).expect("profile of every run");
                 for s in load_stages(ctx, run).await? {
                     let key = format!("{}: {}", s.kind, s.name);
@@ -198,6 +205,17 @@ pub async fn load_profiles(
                     m.count += s.instances;
                     m.total += s.wall;
                     m.instances.push(s.wall);
+                    // With steps, the stage's wall inside each step of its rank; a stage of no
+                    // rank of its own (a stage log's) is measured in every rank's steps.
+                    let own_rank = run_steps.iter().any(|st| st.0 == s.rank);
+                    for &(rank, step, start, end) in &run_steps {
+                        if own_rank && rank != s.rank {
+                            continue;
+                        }
+                        let wall = length(&intersect(&s.intervals, &[(start, end)]));
+                        let per_step = p.measure(&key, rank).per_step.entry(step).or_default();
+                        *per_step = (*per_step).max(wall);
+                    }
                 }
             }
         }

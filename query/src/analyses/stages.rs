@@ -142,6 +142,9 @@ pub struct Stage {
     pub share_pct: Option<f64>,
     pub gpu_busy: i64,
     pub gpu_busy_pct: Option<f64>,
+    /// The union of the instances (what `wall` measures), sorted and disjoint: what a
+    /// comparison needs to measure the stage step by step.
+    pub intervals: Vec<(i64, i64)>,
 }
 
 /// The stages of the whole run.
@@ -211,6 +214,7 @@ pub async fn load_stages_in(ctx: &SessionContext, run: &str, scope: &Scope) -> R
             share_pct: whole.and_then(|(lo, hi)| pct(wall, hi - lo)),
             gpu_busy,
             gpu_busy_pct: pct(gpu_busy, wall),
+            intervals: set,
         });
     }
     out.sort_by(|a, b| {

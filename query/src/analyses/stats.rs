@@ -56,6 +56,70 @@ pub fn mann_whitney(a: &[i64], b: &[i64]) -> Option<f64> {
     Some((2.0 * normal_upper_tail(z)).min(1.0))
 }
 
+/// The smallest two-sided p-value [`mann_whitney`] can give samples of sizes `m` and `n`: that
+/// of two fully separated samples without ties. A kernel whose smallest possible p-value cannot
+/// pass a multiple-testing correction cannot be shown to have changed, whatever it did.
+pub fn mann_whitney_min_p(m: usize, n: usize) -> f64 {
+    if m == 0 || n == 0 {
+        return 1.0;
+    }
+    let (mf, nf) = (m as f64, n as f64);
+    if m <= EXACT_MAX && n <= EXACT_MAX {
+        // Two arrangements of C(m + n, m) are as extreme: all of a below b, or all above.
+        let ln_arrangements = ln_gamma(mf + nf + 1.0) - ln_gamma(mf + 1.0) - ln_gamma(nf + 1.0);
+        return (2.0 * (-ln_arrangements).exp()).min(1.0);
+    }
+    let var = mf * nf * (mf + nf + 1.0) / 12.0;
+    let z = (mf * nf / 2.0 - 0.5).max(0.0) / var.sqrt();
+    (2.0 * normal_upper_tail(z)).min(1.0)
+}
+
+/// P(X <= k) for X ~ Binomial(n, 1/2).
+pub fn binomial_half_cdf(k: usize, n: usize) -> f64 {
+    let nf = n as f64;
+    let ln_half_n = -nf * std::f64::consts::LN_2;
+    (0..=k.min(n))
+        .map(|i| {
+            let i = i as f64;
+            (ln_gamma(nf + 1.0) - ln_gamma(i + 1.0) - ln_gamma(nf - i + 1.0) + ln_half_n).exp()
+        })
+        .sum::<f64>()
+        .min(1.0)
+}
+
+/// Two-sided p-value of the sign test: `up` of `up + down` values moved up, `down` moved down
+/// (ties left out), against even odds.
+pub fn sign_test(up: usize, down: usize) -> f64 {
+    (2.0 * binomial_half_cdf(up.min(down), up + down)).min(1.0)
+}
+
+/// Holm's step-down correction with Tarone's count of testable hypotheses, for discrete tests.
+/// `tests` holds each hypothesis' p-value and the smallest p-value its sample sizes allow.
+/// A hypothesis whose smallest possible p-value cannot pass the correction can never be
+/// rejected, so it is not counted: K is the smallest count such that at most K hypotheses have
+/// a smallest p-value under `alpha / K`; those are tested by Holm with K in place of the number
+/// of tests (the k-th smallest p-value against `alpha / (K - k + 1)`). This holds the chance of
+/// any false rejection at `alpha` and gives back the power that hopeless tests would cost.
+/// Returns each hypothesis' adjusted p-value (reject when under `alpha`), `None` when it was
+/// not testable, and K.
+pub fn holm_tarone(tests: &[(f64, f64)], alpha: f64) -> (Vec<Option<f64>>, usize) {
+    let testable_at = |k: usize| tests.iter().filter(|t| t.1 < alpha / k as f64).count();
+    let k = (1..=tests.len().max(1))
+        .find(|&k| testable_at(k) <= k)
+        .unwrap_or(tests.len().max(1));
+    let mut order: Vec<usize> = (0..tests.len())
+        .filter(|&i| tests[i].1 < alpha / k as f64)
+        .collect();
+    order.sort_by(|&x, &y| tests[x].0.total_cmp(&tests[y].0));
+    let mut adjusted = vec![None; tests.len()];
+    let mut running = 0.0f64;
+    for (j, &i) in order.iter().enumerate() {
+        running = running.max(((k - j) as f64 * tests[i].0).min(1.0));
+        adjusted[i] = Some(running);
+    }
+    (adjusted, k)
+}
+
 /// P(|U - mn/2| >= |u - mn/2|) under the null, for samples of sizes m and n without ties.
 fn exact_two_sided(m: usize, n: usize, u: usize) -> f64 {
     // counts[i][j][k]: arrangements of i values of a and j of b with U = k.
@@ -329,6 +393,65 @@ mod tests {
         assert_eq!(t_test(&[1.0], &[2.0, 3.0]), None);
         assert_eq!(t_test(&[7.0, 7.0], &[7.0, 7.0]), Some(1.0));
         assert_eq!(t_test(&[7.0, 7.0], &[8.0, 8.0]), Some(0.0));
+    }
+
+    #[test]
+    fn smallest_mann_whitney_p_values_are_those_of_separated_samples() {
+        for (m, n) in [
+            (1, 1),
+            (2, 2),
+            (4, 4),
+            (6, 6),
+            (8, 8),
+            (5, 9),
+            (40, 40),
+            (12, 31),
+        ] {
+            let a: Vec<i64> = (0..m as i64).collect();
+            let b: Vec<i64> = (m as i64..(m + n) as i64).collect();
+            let p = mann_whitney(&a, &b).unwrap();
+            let min = mann_whitney_min_p(m, n);
+            assert!(
+                (p - min).abs() <= 1e-9 * p.max(1e-300),
+                "{m} vs {n}: {p} vs {min}"
+            );
+        }
+        // 6 vs 6: 2 / C(12, 6) = 2 / 924.
+        assert!((mann_whitney_min_p(6, 6) - 2.0 / 924.0).abs() < 1e-12);
+        assert_eq!(mann_whitney_min_p(0, 5), 1.0);
+    }
+
+    #[test]
+    fn sign_test_and_binomial() {
+        // 8 of 8 the same way: 2 / 256.
+        assert!((sign_test(8, 0) - 2.0 / 256.0).abs() < 1e-12);
+        assert!((sign_test(0, 8) - 2.0 / 256.0).abs() < 1e-12);
+        // scipy.stats.binomtest(3, 10).pvalue = 0.34375
+        assert!((sign_test(3, 7) - 0.343_75).abs() < 1e-9);
+        assert_eq!(sign_test(5, 5), 1.0);
+        assert!((binomial_half_cdf(2, 4) - 11.0 / 16.0).abs() < 1e-12);
+        assert!((binomial_half_cdf(600, 1000) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn holm_tarone_counts_only_testable_hypotheses() {
+        // Plain Holm when every test can reach significance: 3 tests.
+        let (adj, k) = holm_tarone(&[(0.001, 0.0), (0.004, 0.0), (0.03, 0.0)], 0.01);
+        assert_eq!(k, 3);
+        let adj: Vec<f64> = adj.into_iter().map(Option::unwrap).collect();
+        assert!((adj[0] - 0.003).abs() < 1e-12 && (adj[1] - 0.008).abs() < 1e-12);
+        assert!((adj[2] - 0.03).abs() < 1e-12);
+        // Ten hopeless tests (smallest p 0.1) beside two good ones: K = 2, not 12.
+        let mut tests = vec![(0.004, 1e-6), (0.2, 1e-6)];
+        tests.extend([(0.5, 0.1); 10]);
+        let (adj, k) = holm_tarone(&tests, 0.01);
+        assert_eq!(k, 2);
+        assert!((adj[0].unwrap() - 0.008).abs() < 1e-12);
+        assert!(adj[2..].iter().all(Option::is_none));
+        // Adjusted p-values never decrease with the raw ones.
+        let (adj, _) = holm_tarone(&[(0.002, 0.0), (0.0021, 0.0), (0.0022, 0.0)], 0.01);
+        assert!(adj.windows(2).all(|w| w[0] <= w[1]), "{adj:?}");
+        assert_eq!(holm_tarone(&[], 0.01).0, Vec::<Option<f64>>::new());
     }
 
     #[test]
