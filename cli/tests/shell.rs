@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ok, stderr, stdout};
+use common::{ok, shell_output, stderr, stdout};
 
 fn gpuq_cmd(store: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuq"));
@@ -182,25 +182,6 @@ fn run_shell(store: &Path, args: &[&str], input: &str) -> String {
     let out = shell_output(store, args, input);
     assert!(out.status.success(), "{input}: {}", stderr(&out));
     stdout(&out)
-}
-
-fn shell_output(store: &Path, args: &[&str], input: &str) -> Output {
-    let mut child = gpuq_cmd(store, &[&["sql"][..], args].concat())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// Analysis tables: durations through fmt_dur, kernel names shortened to the width
