@@ -80,6 +80,8 @@ pub enum Command {
         /// Rows a table shows at most ('inf': all); CSV/JSON/NDJSON/Markdown always print all
         #[arg(long, value_name = "N|inf", default_value = "40", value_parser = parse_max_rows)]
         maxrows: MaxRows,
+        #[command(flatten)]
+        access: FileAccessArgs,
     },
     /// Interactive SQL shell (reads statements from standard input when it is not a terminal)
     Sql {
@@ -88,6 +90,16 @@ pub enum Command {
         /// Rows a table shows at most ('inf': all; `\\maxrows` changes it in the shell)
         #[arg(long, value_name = "N|inf", default_value = "40", value_parser = parse_max_rows)]
         maxrows: MaxRows,
+        #[command(flatten)]
+        access: FileAccessArgs,
+    },
+    /// Check the store's manifests and data files against each other (exit 0: healthy,
+    /// 1: damaged); --repair repairs what it can without losing committed data
+    Doctor {
+        /// Move a damaged newest manifest aside (once the previous version checks whole),
+        /// remove what dead writers left, and bring the Hive tree to the newest version
+        #[arg(long)]
+        repair: bool,
     },
     /// List, remove or tag runs
     Runs {
@@ -328,6 +340,26 @@ pub enum Command {
         #[arg(long, value_name = "TEXT=PCT")]
         scale_kernel: Option<String>,
     },
+}
+
+/// What SQL statements may do with files (off by default; never inside the store).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct FileAccessArgs {
+    /// Allow statements that write files: COPY ... TO, INSERT INTO an external table
+    #[arg(long)]
+    pub allow_write: bool,
+    /// Allow statements that read files: CREATE EXTERNAL TABLE ... LOCATION
+    #[arg(long)]
+    pub allow_files: bool,
+}
+
+impl FileAccessArgs {
+    pub fn access(self) -> gpuq_query::policy::FileAccess {
+        gpuq_query::policy::FileAccess {
+            write: self.allow_write,
+            read: self.allow_files,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -60,6 +60,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             file,
             format,
             maxrows,
+            access,
         } => {
             let text = match (sql, file) {
                 (Some(s), None) => s,
@@ -75,6 +76,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, None) => bail!("no SQL given (pass it as an argument or with -f FILE)"),
             };
             let ctx = gpuq_query::open_session(&open_store(&store_path)?).await?;
+            gpuq_query::policy::set_file_access(&ctx, access.access());
             let failed = run_sql_text(
                 &ctx,
                 &text,
@@ -89,9 +91,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .await;
             Ok(exit_code(failed))
         }
-        Command::Sql { format, maxrows } => {
+        Command::Sql {
+            format,
+            maxrows,
+            access,
+        } => {
             let store = open_store(&store_path)?;
             let ctx = gpuq_query::open_session(&store).await?;
+            gpuq_query::policy::set_file_access(&ctx, access.access());
             let errors = crate::repl::run(ctx, format, maxrows, store.root()).await?;
             Ok(exit_code(errors))
         }
@@ -277,6 +284,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             table,
             format,
         } => files(&open_store(&store_path)?, &runs, table, format),
+        Command::Doctor { repair } => crate::doctor::run(&store_path, repair),
         Command::Compact { runs } => compact(&open_store(&store_path)?, &runs),
         Command::Demo { steps } => demo(&open_store(&store_path)?, steps).await,
         Command::Generate {

@@ -5,7 +5,9 @@ use crate::output::{self, Expanded, Layout};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
+use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -91,8 +93,16 @@ pub async fn run_statement(
     ctx: &SessionContext,
     stmt: Statement,
 ) -> datafusion::error::Result<(SchemaRef, Vec<RecordBatch>)> {
-    let plan = ctx.state().statement_to_plan(stmt).await?;
-    let df = ctx.execute_logical_plan(plan).await?;
+    // One store version for the whole statement, from its first table function on.
+    let mut state = ctx.state();
+    gpuq_query::pin(&mut state)?;
+    let plan = state.statement_to_plan(stmt).await?;
+    gpuq_query::policy::verify(&state, &plan)?;
+    let df = match plan {
+        // Statements that change the session (CREATE VIEW, SET, ...) go through it.
+        LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => ctx.execute_logical_plan(plan).await?,
+        plan => DataFrame::new(state, plan),
+    };
     let schema = df.schema().inner().clone();
     let task = std::sync::Arc::new(df.task_ctx());
     // Operators that pause regularly, and join filters that fail once this future is dropped,

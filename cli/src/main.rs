@@ -4,6 +4,7 @@ mod args;
 mod cancel;
 mod commands;
 mod complete;
+mod doctor;
 mod exec;
 mod fit;
 mod history;

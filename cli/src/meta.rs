@@ -27,6 +27,28 @@ pub enum Meta {
     Include(String),
     /// `\x [on|off|auto]`; `None` toggles.
     Expanded(Option<Expanded>),
+    /// `\set allow_write|allow_files on|off`: what statements may do with files.
+    Set(FileSetting, bool),
+}
+
+/// A file access setting of `\set`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileSetting {
+    AllowWrite,
+    AllowFiles,
+}
+
+fn set(i: &str) -> IResult<&str, Meta> {
+    let setting = alt((
+        map(tag("allow_write"), |_| FileSetting::AllowWrite),
+        map(tag("allow_files"), |_| FileSetting::AllowFiles),
+    ));
+    let on_off = alt((map(tag("on"), |_| true), map(tag("off"), |_| false)));
+    map(
+        (tag("\\set"), space1, setting, space1, on_off),
+        |(_, _, s, _, v)| Meta::Set(s, v),
+    )
+    .parse(i)
 }
 
 fn word(i: &str) -> IResult<&str, &str> {
@@ -73,6 +95,7 @@ fn command(i: &str) -> IResult<&str, Meta> {
             preceded(tag("\\x"), opt(preceded(space1, expanded))),
             Meta::Expanded,
         ),
+        set,
     ))
     .parse(i)
 }
@@ -176,6 +199,8 @@ Meta-commands:
   \\i FILE.sql        run the statements in a file
   \\x [on|off|auto]  expanded display: one line per column (auto: when a table is too wide)
   \\pset format FMT | \\pset expanded [on|off|auto]   psql's spelling of \\format and \\x
+  \\set allow_write on|off   let COPY ... TO / INSERT write files (never inside the store)
+  \\set allow_files on|off   let CREATE EXTERNAL TABLE read files
   \\help              this text
   \\q                 quit (also Ctrl-D)
 DuckDB's .tables, .schema T, .mode FMT, .timer, .output, .read and .quit work too.
@@ -198,6 +223,15 @@ mod tests {
         assert_eq!(parse("\\timing off"), Ok(Meta::Timing(Some(false))));
         assert_eq!(parse("\\format csv"), Ok(Meta::Format("csv".into())));
         assert_eq!(parse("\\maxrows inf"), Ok(Meta::MaxRows("inf".into())));
+        assert_eq!(
+            parse("\\set allow_files on"),
+            Ok(Meta::Set(FileSetting::AllowFiles, true))
+        );
+        assert_eq!(
+            parse("\\set allow_write off"),
+            Ok(Meta::Set(FileSetting::AllowWrite, false))
+        );
+        assert!(parse("\\set allow_files maybe").is_err());
         assert!(parse("\\maxrows").is_err());
         assert_eq!(
             parse("\\o /tmp/out.txt"),

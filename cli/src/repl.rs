@@ -3,7 +3,7 @@
 use crate::args::{MaxRows, OutputFormat};
 use crate::complete::Vocabulary;
 use crate::exec::{one_line, run_sql_text, Show};
-use crate::meta::{self, Meta};
+use crate::meta::{self, FileSetting, Meta};
 use crate::output::Expanded;
 use crate::script::{self, statement_complete, Piece};
 use datafusion::execution::context::SessionContext;
@@ -166,6 +166,21 @@ impl Shell {
                     self.errors += 1;
                 }
             },
+            Meta::Set(setting, on) => {
+                let mut access = gpuq_query::policy::file_access(&self.ctx.state());
+                let name = match setting {
+                    FileSetting::AllowWrite => {
+                        access.write = on;
+                        "allow_write"
+                    }
+                    FileSetting::AllowFiles => {
+                        access.read = on;
+                        "allow_files"
+                    }
+                };
+                gpuq_query::policy::set_file_access(&self.ctx, access);
+                eprintln!("{name} is {}", if on { "on" } else { "off" });
+            }
             Meta::Include(path) => match std::fs::read_to_string(&path) {
                 Ok(text) => {
                     if let Flow::Quit = Box::pin(self.run_script(&text, interactive)).await {

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ok, stderr, stdout};
+use common::{ok, shell_output, stderr, stdout};
 
 fn gpuq_cmd(store: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuq"));
@@ -182,16 +182,6 @@ fn run_shell(store: &Path, args: &[&str], input: &str) -> String {
     let out = shell_output(store, args, input);
     assert!(out.status.success(), "{input}: {}", stderr(&out));
     stdout(&out)
-}
-
-fn shell_output(store: &Path, args: &[&str], input: &str) -> Output {
-    let (child, mut stdin) = spawn_piped(gpuq_cmd(store, &[&["sql"][..], args].concat()));
-    {
-        use std::io::Write;
-        stdin.write_all(input.as_bytes()).unwrap();
-    }
-    drop(stdin);
-    child.wait_with_output().unwrap()
 }
 
 /// `cmd` started with its standard streams piped, and its standard input.

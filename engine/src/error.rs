@@ -21,8 +21,14 @@ pub enum Error {
         path: PathBuf,
         error: std::io::Error,
     },
-    /// A manifest file that does not parse.
-    #[error("corrupt manifest {}: {reason}", path.display())]
+    /// A manifest file that does not parse, or names files it must not (see
+    /// [`crate::manifest::Manifest::check`]). Readers refuse the store rather than fall back
+    /// to an older version, which would hide the newest runs.
+    #[error(
+        "the store is damaged: manifest {} {reason} (`gpuq doctor` checks the store, \
+         `gpuq doctor --repair` moves a damaged newest manifest aside)",
+        path.display()
+    )]
     CorruptManifest { path: PathBuf, reason: String },
     /// Another process held the store's writer lock for longer than this writer would wait.
     #[error(
@@ -37,6 +43,20 @@ pub enum Error {
         holder: Option<u32>,
         waited_ms: u64,
     },
+    /// A data file that does not match what the manifest records of it.
+    #[error(
+        "the store is damaged: {} {reason} (`gpuq doctor` checks the store)",
+        path.display()
+    )]
+    DamagedFile { path: PathBuf, reason: String },
+    /// A symbolic link where the store keeps its own directories or files: gpuq never reads,
+    /// writes or deletes through one.
+    #[error(
+        "{} is a symbolic link inside the store; gpuq never reads, writes or deletes through \
+         one (remove the link; `gpuq doctor` lists them)",
+        path.display()
+    )]
+    Symlink { path: PathBuf },
     /// Another writer committed the version this writer wanted to create.
     #[error("manifest version {0} was committed by another writer")]
     Conflict(u64),

@@ -160,7 +160,69 @@ fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     }
 }
 
+/// A data file name as the writer makes them: `part-<digits>.parquet`.
+fn is_part_file_name(name: &str) -> bool {
+    name.strip_prefix("part-")
+        .and_then(|n| n.strip_suffix(".parquet"))
+        .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `path` is a data file path the writer could have made for `run`'s `table`:
+/// `<table>/run=<run>/part-<seq>.parquet`. Nothing else can name a file outside its run's
+/// directory (no absolute path, no `..`, no other run's or table's directory).
+fn is_part_path(path: &str, table: TableKind, run: &str) -> bool {
+    let mut parts = path.split('/');
+    parts.next() == Some(table.name())
+        && parts.next().and_then(|d| d.strip_prefix("run=")) == Some(run)
+        && parts.next().is_some_and(is_part_file_name)
+        && parts.next().is_none()
+}
+
 impl Manifest {
+    /// Checks what a reader relies on before it opens any file the manifest names: every
+    /// path is a data file path of its own run and table (a crafted `../../etc/x` or
+    /// `/etc/x` is refused), and every kind range lies within its file's rows. The files
+    /// themselves are checked when they are opened (sizes, symbolic links).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        for (run, entry) in &self.runs {
+            for f in &entry.files {
+                if !is_part_path(&f.path, f.table, run.as_str()) {
+                    return Err(format!(
+                        "names the file {:?} for run {run}, which is not a data file path of \
+                         that run ({}/run={run}/part-N.parquet)",
+                        f.path,
+                        f.table.name()
+                    ));
+                }
+                let ranges = f.kinds.values().flatten();
+                if let Some((lo, hi)) = ranges.into_iter().find(|(lo, hi)| lo >= hi || *hi > f.rows)
+                {
+                    return Err(format!(
+                        "gives {} a row range {lo}..{hi} outside its {} rows",
+                        f.path, f.rows
+                    ));
+                }
+            }
+        }
+        for t in &self.tombstones {
+            let valid = TableKind::ALL.iter().any(|&table| {
+                let mut parts = t.path.split('/');
+                parts.next() == Some(table.name())
+                    && parts
+                        .next()
+                        .and_then(|d| d.strip_prefix("run="))
+                        .is_some_and(|r| RunId::new(r).is_ok() && is_part_path(&t.path, table, r))
+            });
+            if !valid {
+                return Err(format!(
+                    "keeps {:?} for readers, which is not a data file path",
+                    t.path
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The run whose sources include a file with this content hash, if any.
     pub fn run_with_source_hash(&self, hash: &str) -> Option<&RunId> {
         self.runs

@@ -1,9 +1,12 @@
 //! DataFusion table providers over the manifest.
 //!
-//! [`ManifestTable`] builds its Parquet scan from the newest manifest on every query, so a
-//! long-lived session sees runs committed after it started (DataFusion's `ListingTable` would
-//! serve a file list cached forever). Files are pruned with the per-file min/max kept in the
-//! manifest before any I/O; row groups and pages are pruned by the Parquet reader.
+//! [`ManifestTable`] builds its Parquet scan from the statement's manifest (the version
+//! pinned for it, see [`PinnedManifest`], else the newest) on every query, so a long-lived
+//! session sees runs committed after it started (DataFusion's `ListingTable` would serve a
+//! file list cached forever) while one statement sees one version. Files are pruned with the
+//! per-file min/max kept in the manifest before any I/O; row groups and pages are pruned by
+//! the Parquet reader. Each file is checked before it is opened: no symbolic link on its
+//! path, and the size the manifest records.
 
 use crate::manifest::{FileEntry, Manifest};
 use crate::run_id::RunId;
@@ -28,6 +31,7 @@ use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::config::SessionConfig;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown, TableType};
@@ -49,7 +53,22 @@ fn df_err(e: crate::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// `events` or `counters`: every run's files of one table, from the newest manifest.
+/// The manifest version one statement reads, kept in its session's configuration: every
+/// table and table function of the statement reads this version, so that a writer that
+/// commits while the statement is planned cannot make `runs` say one thing and `events`
+/// another. The query layer pins it when a statement is planned (`gpuq_query::pin`).
+#[derive(Debug)]
+pub struct PinnedManifest(pub Arc<Manifest>);
+
+/// The manifest a statement planned with `config` reads: the pinned one, else the newest.
+pub fn statement_manifest(store: &Store, config: &SessionConfig) -> Result<Arc<Manifest>> {
+    match config.get_extension::<PinnedManifest>() {
+        Some(pinned) => Ok(pinned.0.clone()),
+        None => store.manifest().map_err(df_err),
+    }
+}
+
+/// `events` or `counters`: every run's files of one table, from the statement's manifest.
 #[derive(Debug)]
 pub struct ManifestTable {
     store: Store,
@@ -333,7 +352,7 @@ impl TableProvider for ManifestTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let manifest = self.store.manifest().map_err(df_err)?;
+        let manifest = statement_manifest(&self.store, state.config())?;
         let mut files: Vec<(&RunId, &FileEntry)> = manifest.files(self.table).collect();
         // Rows of the admitted kinds only, by the manifest's kind ranges; files without any
         // such row are not read at all.
@@ -381,7 +400,8 @@ impl TableProvider for ManifestTable {
         let partitioned = files
             .iter()
             .map(|&(run, f)| {
-                let abs = self.store.file_path(&manifest, &f.path);
+                // Checked before its size is used: a crafted size would size the reads.
+                let abs = self.store.checked_file_path(&manifest, f).map_err(df_err)?;
                 let location = ObjectPath::from_absolute_path(&abs)
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 let meta = ObjectMeta {
@@ -432,7 +452,7 @@ impl TableProvider for ManifestTable {
     }
 }
 
-/// The `runs` table: one row per run of the newest manifest.
+/// The `runs` table: one row per run of the statement's manifest.
 #[derive(Debug)]
 pub struct RunsTable {
     store: Store,
@@ -602,12 +622,12 @@ impl TableProvider for RunsTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let manifest = self.store.manifest().map_err(df_err)?;
+        let manifest = statement_manifest(&self.store, state.config())?;
         let batch = Self::batch(&manifest)?;
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],

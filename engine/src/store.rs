@@ -89,39 +89,73 @@ impl Store {
     }
 
     /// The newest committed manifest. Re-reads the file only when a newer version exists.
+    ///
+    /// A newest manifest that does not parse, or names files it must not
+    /// ([`Manifest::check`]), is an error naming the file: a committed manifest is synced
+    /// before it is linked into place, so only damage makes it unreadable, and falling back
+    /// to the previous version would hide the newest runs from readers and make every later
+    /// commit conflict with the damaged version.
     pub fn manifest(&self) -> Result<Arc<Manifest>> {
         let dir = self.paths.manifest_dir();
-        let mut names: Vec<String> = fs::read_dir(&dir)
-            .map_err(Error::io(&dir))?
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| parse_manifest_file_name(n).is_some())
-            .collect();
-        names.sort(); // inverted version numbers: newest first
-        let Some(newest) = names.first() else {
-            return Ok(Arc::new(Manifest::default()));
-        };
-        if let Some((name, m)) = self.cache.lock().expect("manifest cache").as_ref() {
-            if name == newest {
-                return Ok(m.clone());
+        refuse_symlink(&dir)?;
+        // A writer deletes versions beyond the newest 20: when the newest seen here was
+        // deleted before it could be read, there are newer ones; look again.
+        let mut attempts = 0;
+        loop {
+            let Some(newest) = newest_manifest_name(&dir)? else {
+                return Ok(Arc::new(Manifest::default()));
+            };
+            if let Some((name, m)) = self.cache.lock().expect("manifest cache").as_ref() {
+                if *name == newest {
+                    return Ok(m.clone());
+                }
             }
-        }
-        let mut first_error = None;
-        for name in &names {
-            let path = dir.join(name);
+            let path = dir.join(&newest);
             match read_manifest(&path) {
+                Err(Error::Io { error, .. })
+                    if error.kind() == std::io::ErrorKind::NotFound && attempts < 100 =>
+                {
+                    attempts += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
                 Ok(m) => {
                     let m = Arc::new(m);
-                    *self.cache.lock().expect("manifest cache") = Some((name.clone(), m.clone()));
+                    *self.cache.lock().expect("manifest cache") = Some((newest, m.clone()));
                     return Ok(m);
-                }
-                // A committed manifest is fsynced before it is linked, so this only happens on
-                // disk damage; fall back to the previous version rather than refuse to open.
-                Err(e) => {
-                    first_error.get_or_insert(e);
                 }
             }
         }
-        Err(first_error.expect("at least one manifest was tried"))
+    }
+
+    /// Where a reader of `manifest` opens its data file `f`, after checking that nothing on
+    /// the way is a symbolic link (the path could then lead out of the store) and that the
+    /// file has the size the manifest records, before that size is used for anything (a
+    /// crafted 2^64-1 would size the reads of the file's footer).
+    pub fn checked_file_path(&self, manifest: &Manifest, f: &FileEntry) -> Result<PathBuf> {
+        let path = self.file_path(manifest, &f.path);
+        let real = fs::canonicalize(&path).map_err(|e| Error::DamagedFile {
+            path: path.clone(),
+            reason: format!("(a data file of the manifest) cannot be opened: {e}"),
+        })?;
+        if real != path {
+            let mut link = path.clone();
+            // Name the link itself: the first component that is one.
+            for ancestor in path.ancestors() {
+                if fs::symlink_metadata(ancestor).is_ok_and(|m| m.file_type().is_symlink()) {
+                    link = ancestor.to_path_buf();
+                }
+            }
+            return Err(Error::Symlink { path: link });
+        }
+        let size = fs::metadata(&path).map_err(Error::io(&path))?.len();
+        if size != f.size {
+            return Err(Error::DamagedFile {
+                path,
+                reason: format!("has {size} bytes where the manifest records {}", f.size),
+            });
+        }
+        Ok(path)
     }
 
     /// Takes the single-writer lock (waiting for another writer to finish, up to the store's
@@ -151,12 +185,84 @@ impl Drop for StoreWriter {
     }
 }
 
-fn read_manifest(path: &Path) -> Result<Manifest> {
+/// The file name of the newest manifest version in `dir`, if any.
+fn newest_manifest_name(dir: &Path) -> Result<Option<String>> {
+    let names = fs::read_dir(dir)
+        .map_err(Error::io(dir))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| parse_manifest_file_name(n).is_some());
+    // Inverted version numbers: the newest sorts first.
+    Ok(names.min())
+}
+
+/// Reads and checks one manifest file: it parses, holds the version its name says, and
+/// names only files it may ([`Manifest::check`]).
+pub(crate) fn read_manifest(path: &Path) -> Result<Manifest> {
     let bytes = fs::read(path).map_err(Error::io(path))?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptManifest {
+    let corrupt = |reason: String| Error::CorruptManifest {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    let manifest: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("does not parse: {e}")))?;
+    let named = path
+        .file_name()
+        .and_then(|n| parse_manifest_file_name(&n.to_string_lossy()));
+    if named.is_some_and(|v| v != manifest.version) {
+        return Err(corrupt(format!(
+            "holds version {} under the name of version {}",
+            manifest.version,
+            named.unwrap_or_default()
+        )));
+    }
+    manifest.check().map_err(corrupt)?;
+    Ok(manifest)
+}
+
+/// Fails when `path` is a symbolic link (absent is fine).
+fn refuse_symlink(path: &Path) -> Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(Error::Symlink {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `path` is a directory itself, not a symbolic link to one (nor absent).
+fn is_real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir())
+}
+
+/// Creates `dir` (under `root`) and its missing parents, refusing to go through a symbolic
+/// link on the way: what the writer puts there must land inside the store.
+fn create_real_dir(root: &Path, dir: &Path) -> Result<()> {
+    let rel = dir.strip_prefix(root).map_err(|_| Error::Symlink {
+        path: dir.to_path_buf(),
+    })?;
+    let mut at = root.to_path_buf();
+    for component in rel.components() {
+        at.push(component);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => return Err(Error::Symlink { path: at }),
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::Io {
+                    path: at,
+                    error: std::io::Error::other("a file where the store keeps a directory"),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match fs::create_dir(&at) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    refuse_symlink(&at)?;
+                }
+                Err(e) => return Err(Error::Io { path: at, error: e }),
+            },
+            Err(e) => return Err(Error::Io { path: at, error: e }),
+        }
+    }
+    Ok(())
 }
 
 /// A data file written to the staging area, not yet part of any version.
@@ -238,7 +344,7 @@ impl StoreWriter {
     pub fn link_part(&self, file: &FileEntry) -> Result<StagedFile> {
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
-        let source = self.store.file_path(&self.base, &file.path);
+        let source = self.store.checked_file_path(&self.base, file)?;
         fs::hard_link(&source, &staged_path).map_err(Error::io(&source))?;
         Ok(StagedFile {
             table: file.table,
@@ -347,7 +453,7 @@ impl StoreWriter {
             let rel = StorePaths::part_rel_path(file.table, run, file.seq);
             let dest = paths.data_file(&rel);
             let dir = dest.parent().expect("part path has a parent").to_path_buf();
-            fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+            create_real_dir(paths.root(), &dir)?;
             fs::rename(&file.staged_path, &dest).map_err(Error::io(&file.staged_path))?;
             dirs.insert(dir);
             files.push(FileEntry {
@@ -510,10 +616,14 @@ impl StoreWriter {
         let tmp = dir.join(format!(".tmp-{}-{version}", std::process::id()));
         let final_path = dir.join(manifest_file_name(version));
         let bytes = serde_json::to_vec(&next).expect("manifest serialises");
-        {
-            let mut f = File::create(&tmp).map_err(Error::io(&tmp))?;
-            f.write_all(&bytes).map_err(Error::io(&tmp))?;
-            f.sync_all().map_err(Error::io(&tmp))?;
+        let written = File::create(&tmp).and_then(|mut f| {
+            f.write_all(&bytes)?;
+            f.sync_all()
+        });
+        if let Err(error) = written {
+            // A full disk: the half-written file is of no use to anyone.
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::Io { path: tmp, error });
         }
         let linked = fs::hard_link(&tmp, &final_path);
         let _ = fs::remove_file(&tmp);
@@ -538,7 +648,11 @@ impl StoreWriter {
 
     /// Deletes every file in the staging area (only the lock holder stages files).
     fn clear_staging(&self) {
-        if let Ok(entries) = fs::read_dir(self.store.paths.staging_dir()) {
+        let staging = self.store.paths.staging_dir();
+        if !is_real_dir(&staging) {
+            return;
+        }
+        if let Ok(entries) = fs::read_dir(staging) {
             for e in entries.flatten() {
                 let _ = fs::remove_file(e.path());
             }
@@ -562,7 +676,7 @@ impl StoreWriter {
                 continue;
             }
             let dir = data.parent().expect("part path has a parent").to_path_buf();
-            fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+            create_real_dir(paths.root(), &dir)?;
             fs::hard_link(&hive, &data).map_err(Error::io(&hive))?;
             dirs.insert(dir);
         }
@@ -580,6 +694,17 @@ impl StoreWriter {
     /// names that are missing (a writer that crashed right after its commit).
     fn collect_garbage(&self) -> Result<()> {
         let paths = &self.store.paths;
+        // The directories the writer writes into and deletes from: through a link, both
+        // would reach outside the store.
+        for dir in [
+            paths.manifest_dir(),
+            paths.staging_dir(),
+            paths.data_dir(),
+            paths.table_dir(TableKind::Events),
+            paths.table_dir(TableKind::Counters),
+        ] {
+            refuse_symlink(&dir)?;
+        }
         self.clear_staging();
         let mdir = paths.manifest_dir();
         if let Ok(entries) = fs::read_dir(&mdir) {
@@ -613,10 +738,11 @@ impl StoreWriter {
         let in_tree = sweep(paths.root(), &|rel: &str| live.contains(rel));
         for rel in live.iter().filter(|rel| !in_tree.contains(**rel)) {
             let link = paths.absolute(rel);
-            if let Some(dir) = link.parent() {
-                let _ = fs::create_dir_all(dir);
+            let dir = link.parent().expect("part path has a parent");
+            // A run directory that is a link (to anywhere) is left as it is, without this file.
+            if create_real_dir(paths.root(), dir).is_ok() {
+                let _ = fs::hard_link(paths.data_file(rel), &link);
             }
-            let _ = fs::hard_link(paths.data_file(rel), &link);
         }
         Ok(())
     }
@@ -624,13 +750,27 @@ impl StoreWriter {
 
 /// Deletes the data files under `base` (`<table>/run=<id>/<file>`) whose relative path
 /// `keep` rejects, and the run directories left empty; returns the relative paths kept.
+///
+/// Symbolic links are never followed: a table or run directory that is one is left alone
+/// with everything it points to (a file that is one is unlinked like a file: the link goes,
+/// what it points to stays).
 fn sweep(base: &Path, keep: &dyn Fn(&str) -> bool) -> HashSet<String> {
     let mut kept = HashSet::new();
+    if !is_real_dir(base) {
+        return kept;
+    }
     for table in TableKind::ALL {
-        let Ok(runs) = fs::read_dir(base.join(table.name())) else {
+        let table_dir = base.join(table.name());
+        if !is_real_dir(&table_dir) {
+            continue;
+        }
+        let Ok(runs) = fs::read_dir(&table_dir) else {
             continue;
         };
         for run_dir in runs.flatten() {
+            if !run_dir.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             let run_name = run_dir.file_name().to_string_lossy().into_owned();
             let Ok(files) = fs::read_dir(run_dir.path()) else {
                 continue;
@@ -658,5 +798,6 @@ fn sweep(base: &Path, keep: &dyn Fn(&str) -> bool) -> HashSet<String> {
     kept
 }
 
+pub mod doctor;
 #[cfg(test)]
 mod tests;

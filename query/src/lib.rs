@@ -15,6 +15,10 @@
 pub mod analyses;
 pub mod dict_agg;
 pub mod functions;
+pub mod pin;
+pub mod policy;
+
+pub use pin::pin;
 
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
@@ -83,9 +87,13 @@ pub async fn open_session_with(
     store: &Store,
     dictionary_aggregates: bool,
 ) -> Result<SessionContext> {
+    // The store rides in the configuration: statements pin its manifest (see [`pin`]) and
+    // the statement policy keeps writes out of it (see [`policy`]).
+    let config = session_config().with_extension(Arc::new(pin::SessionStore(store.clone())));
     let mut state = SessionStateBuilder::new()
-        .with_config(session_config())
-        .with_default_features();
+        .with_config(config)
+        .with_default_features()
+        .with_query_planner(Arc::new(pin::PinningPlanner));
     if dictionary_aggregates {
         state = state.with_physical_optimizer_rule(Arc::new(dict_agg::DictionaryAggregateRule));
     }

@@ -1,8 +1,9 @@
 //! Helpers shared by the CLI integration tests: the real `gpuq` binary run on a store.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// `gpuq --store STORE ARGS...`, waited for.
 pub fn gpuq(store: &Path, args: &[&str]) -> Output {
@@ -48,4 +49,26 @@ pub fn generate_nsys(path: &Path) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `gpuq --store STORE sql ARGS...` with `input` on its standard input (not a terminal),
+/// waited for.
+pub fn shell_output(store: &Path, args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .arg("--store")
+        .arg(store)
+        .arg("sql")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }

@@ -212,10 +212,9 @@ fn a_second_commit_of_the_same_version_is_a_conflict() {
     ));
 }
 
-#[test]
-fn a_damaged_newest_manifest_falls_back_to_the_previous_version() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+/// A store with run `r` in version 1 and a damaged version 2 (`{not json`).
+fn store_with_damaged_newest_manifest(dir: &Path) -> Store {
+    let store = Store::open(dir).unwrap();
     let mut w = store.writer().unwrap();
     let s = w
         .write_part(TableKind::Counters, vec![counters(1, 0)])
@@ -223,15 +222,243 @@ fn a_damaged_newest_manifest_falls_back_to_the_previous_version() {
     w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create)
         .unwrap();
     drop(w);
+    fs::write(store.paths().manifest_file(2), b"{not json").unwrap();
+    store
+}
+
+#[test]
+fn a_damaged_newest_manifest_is_an_error_naming_it_for_readers_and_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with_damaged_newest_manifest(dir.path());
+    let fresh = Store::open(dir.path()).unwrap();
+    let damaged = fresh.paths().manifest_file(2);
+    for e in [fresh.manifest().unwrap_err(), fresh.writer().unwrap_err()] {
+        match &e {
+            Error::CorruptManifest { path, .. } => assert_eq!(path, &damaged),
+            other => panic!("expected a corrupt manifest error, got {other}"),
+        }
+        let message = e.to_string();
+        assert!(message.contains("the store is damaged"), "{message}");
+        assert!(message.contains("gpuq doctor"), "{message}");
+    }
+}
+
+#[test]
+fn doctor_moves_a_damaged_newest_manifest_aside_and_writers_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_damaged_newest_manifest(dir.path());
+    // A file the damaged version may have named: it must survive the repair.
+    let orphan = store
+        .paths()
+        .data_file("counters/run=r2/part-0000000007.parquet");
+    fs::create_dir_all(orphan.parent().unwrap()).unwrap();
+    fs::write(&orphan, b"rows of version 2").unwrap();
+
+    let report = doctor::check(&store, false).unwrap();
+    assert!(report.damaged());
+    assert_eq!(report.readable, Some(1));
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.problem.contains(&manifest_file_name(2))),
+        "{:?}",
+        report.findings
+    );
+    assert!(store.manifest().is_err(), "a check repairs nothing");
+
+    let report = doctor::check(&store, true).unwrap();
+    assert!(!report.damaged(), "{:?}", report.findings);
+    let aside = dir
+        .path()
+        .join(doctor::DAMAGED_DIR)
+        .join("_manifest")
+        .join(manifest_file_name(2));
+    assert_eq!(fs::read(&aside).unwrap(), b"{not json");
+    let kept = dir
+        .path()
+        .join(doctor::DAMAGED_DIR)
+        .join("_data/counters/run=r2/part-0000000007.parquet");
+    assert_eq!(fs::read(&kept).unwrap(), b"rows of version 2");
+
+    let fresh = Store::open(dir.path()).unwrap();
+    assert_eq!(fresh.manifest().unwrap().version, 1);
+    let mut w = fresh.writer().unwrap();
+    w.set_tags(&run("r"), &[("k".into(), "v".into())]).unwrap();
+    drop(w);
+    assert_eq!(fresh.manifest().unwrap().version, 2);
+    let report = doctor::check(&fresh, false).unwrap();
+    assert!(!report.damaged(), "{:?}", report.findings);
+}
+
+#[test]
+fn doctor_finds_missing_and_resized_files_and_leftovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    put(&mut w, "b", &[10], PutMode::Create);
+    drop(w);
+    assert!(!doctor::check(&store, false).unwrap().damaged());
+    let m = store.manifest().unwrap();
+    let a = store.file_path(&m, &m.runs[&run("a")].files[0].path);
+    let b = store.file_path(&m, &m.runs[&run("b")].files[0].path);
+    fs::remove_file(&a).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&b)
+        .unwrap()
+        .write_all(b"x")
+        .unwrap();
+    fs::write(store.paths().manifest_dir().join(".tmp-1-9"), b"{").unwrap();
+    let report = doctor::check(&store, true).unwrap();
+    let problems: Vec<&str> = report.findings.iter().map(|f| f.problem.as_str()).collect();
+    assert!(report.damaged());
+    let unrepaired: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.repaired.is_none())
+        .map(|f| f.problem.as_str())
+        .collect();
+    assert!(
+        unrepaired.iter().any(|p| p.contains(&*a.to_string_lossy())),
+        "{problems:?}"
+    );
+    assert!(
+        unrepaired
+            .iter()
+            .any(|p| p.contains(&*b.to_string_lossy()) && p.contains("bytes")),
+        "{problems:?}"
+    );
+    assert!(!store.paths().manifest_dir().join(".tmp-1-9").exists());
+}
+
+#[test]
+fn cleanup_never_follows_a_symlink_out_of_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("precious.txt"), b"keep me").unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    drop(w);
+    // A run directory of the Hive tree, and one of the data area, that lead outside.
+    let hive_link = store.root().join("events/run=zzz");
+    fs::create_dir_all(hive_link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &hive_link).unwrap();
+    let data_link = store.paths().data_file("counters/run=b");
+    std::os::unix::fs::symlink(outside.path(), &data_link).unwrap();
+
+    let mut w = store.writer().unwrap(); // collects garbage
+    put(&mut w, "c", &[10], PutMode::Create); // commits, collects again
+    let s = w
+        .write_part(TableKind::Counters, vec![counters(5, 0)])
+        .unwrap();
+    // Placing run b's file would write through the link: refused.
+    match w.put_run(&run("b"), meta("b"), vec![s], PutMode::Create) {
+        Err(Error::Symlink { path }) => assert_eq!(path, data_link),
+        other => panic!("expected a symlink error, got {other:?}"),
+    }
+    drop(w);
+    assert_eq!(
+        fs::read(outside.path().join("precious.txt")).unwrap(),
+        b"keep me"
+    );
+    assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 1);
+    assert!(fs::symlink_metadata(&hive_link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    let report = doctor::check(&store, true).unwrap();
+    assert!(report.damaged());
+    assert!(report
+        .findings
+        .iter()
+        .any(|f| f.problem.contains("run=zzz") && f.problem.contains("symbolic link")));
+}
+
+#[test]
+fn a_staging_area_that_is_a_symlink_stops_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("precious.txt"), b"keep me").unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), store.paths().staging_dir()).unwrap();
+    assert!(matches!(store.writer(), Err(Error::Symlink { .. })));
+    assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 1);
+}
+
+/// Writes `m` as the next version by hand (a crafted or damaged manifest).
+fn write_manifest(store: &Store, m: &Manifest) {
     fs::write(
-        store.paths().manifest_file(2),
-        b"{\"version\": 2, \"runs\": {",
+        store.paths().manifest_file(m.version),
+        serde_json::to_vec(m).unwrap(),
     )
     .unwrap();
-    let fresh = Store::open(dir.path()).unwrap();
-    let m = fresh.manifest().unwrap();
-    assert_eq!(m.version, 1);
-    assert!(m.runs.contains_key(&run("r")));
+}
+
+#[test]
+fn manifest_entries_that_escape_the_store_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    drop(w);
+    let good = (*store.manifest().unwrap()).clone();
+    for (i, bad_path) in [
+        "/etc/passwd",
+        "../../etc/passwd",
+        "counters/run=a/../../../etc/passwd",
+        "counters/run=other/part-0000000000.parquet",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut m = good.clone();
+        m.version = good.version + 1 + i as u64;
+        m.runs.get_mut(&run("a")).unwrap().files[0].path = bad_path.to_string();
+        write_manifest(&store, &m);
+        let e = Store::open(store.root()).unwrap().manifest().unwrap_err();
+        assert!(
+            matches!(&e, Error::CorruptManifest { reason, .. } if reason.contains(bad_path)),
+            "{bad_path}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_file_reached_through_a_symlink_or_of_another_size_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    drop(w);
+    let mut m = (*store.manifest().unwrap()).clone();
+    let path = store
+        .checked_file_path(&m, &m.runs[&run("a")].files[0])
+        .unwrap();
+    m.runs.get_mut(&run("a")).unwrap().files[0].size = u64::MAX;
+    match store.checked_file_path(&m, &m.runs[&run("a")].files[0]) {
+        Err(Error::DamagedFile { path: p, reason }) => {
+            assert_eq!(p, path);
+            assert!(reason.contains(&u64::MAX.to_string()), "{reason}");
+        }
+        other => panic!("expected a damaged file, got {other:?}"),
+    }
+    // The run directory replaced by a link to a copy elsewhere.
+    let m = store.manifest().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run_dir = path.parent().unwrap();
+    for f in fs::read_dir(run_dir).unwrap().flatten() {
+        fs::copy(f.path(), elsewhere.path().join(f.file_name())).unwrap();
+    }
+    fs::remove_dir_all(run_dir).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), run_dir).unwrap();
+    match store.checked_file_path(&m, &m.runs[&run("a")].files[0]) {
+        Err(Error::Symlink { path }) => assert_eq!(path, run_dir),
+        other => panic!("expected a symlink error, got {other:?}"),
+    }
 }
 
 #[test]

@@ -35,9 +35,11 @@ pub async fn run_names(ctx: &SessionContext, store: &Store, selector: &str) -> R
 /// The runs `selector` names, ordered by capture time (then name).
 pub async fn resolve(ctx: &SessionContext, store: &Store, selector: &str) -> Result<Vec<RunInfo>> {
     let selector = selector.trim();
-    let manifest = store
-        .manifest()
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let manifest = {
+        let state = ctx.state_ref();
+        let state = state.read();
+        gpuq_engine::provider::statement_manifest(store, state.config())?
+    };
     let as_run = RunId::new(selector).ok();
     let names: Vec<String> = match &as_run {
         Some(run) if manifest.runs.contains_key(run) => vec![run.as_str().to_string()],
