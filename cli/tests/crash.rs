@@ -135,23 +135,21 @@ fn killing_any_writer_leaves_every_run_whole_or_absent() {
 
     // Each writer and its arguments.
     let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let append = v(&[
+        "ingest",
+        "-q",
+        &other,
+        "--run",
+        "victim",
+        "--merge-unrelated",
+    ]);
     let writers: Vec<(&str, Vec<String>)> = vec![
         ("ingest", v(&["ingest", "-q", &big, "--run", "fresh"])),
         (
             "replace",
             v(&["ingest", "-q", &other, "--run", "victim", "--replace"]),
         ),
-        (
-            "append",
-            v(&[
-                "ingest",
-                "-q",
-                &other,
-                "--run",
-                "victim",
-                "--merge-unrelated",
-            ]),
-        ),
+        ("append", append.clone()),
         ("compact", v(&["compact", "victim"])),
         ("rm", v(&["runs", "rm", "victim"])),
     ];
@@ -171,17 +169,8 @@ fn killing_any_writer_leaves_every_run_whole_or_absent() {
                 let _ = gpuq(&store, &["runs", "rm", "victim"]);
                 ok(&store, &["ingest", "-q", &big, "--run", "victim"]);
                 if *name == "compact" {
-                    ok(
-                        &store,
-                        &[
-                            "ingest",
-                            "-q",
-                            &other,
-                            "--run",
-                            "victim",
-                            "--merge-unrelated",
-                        ],
-                    );
+                    let args: Vec<&str> = append.iter().map(|s| s.as_str()).collect();
+                    ok(&store, &args);
                 }
             }
             if before.contains_key("fresh") {

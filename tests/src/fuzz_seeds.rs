@@ -236,15 +236,12 @@ fn sqlite_seeds() -> Vec<Vec<u8>> {
         sources.push(synth);
     }
     if let Some(nsys) = crate::shared_traces("nsys") {
-        let mut shared: Vec<PathBuf> = std::fs::read_dir(nsys)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
-            .collect();
-        shared.sort();
-        sources.extend(shared.into_iter().take(2));
+        let shared = entries(&nsys).into_iter();
+        sources.extend(
+            shared
+                .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+                .take(2),
+        );
     }
     for (i, source) in sources.iter().enumerate() {
         let slice = dir.path().join(format!("slice{i}.sqlite"));
@@ -257,25 +254,22 @@ fn sqlite_seeds() -> Vec<Vec<u8>> {
     out
 }
 
-fn rocprof_seeds() -> Vec<Vec<u8>> {
-    let fixtures = repo_dir().join("ingest/fixtures/rocprof");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+/// The entries of `dir`, sorted (none when it cannot be read).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
         .collect();
-    cases.sort();
+    out.sort();
+    out
+}
+
+fn rocprof_seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    for case in cases {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&case)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        files.sort();
-        let files: Vec<(String, Vec<u8>)> = files
+    for case in entries(&repo_dir().join("ingest/fixtures/rocprof")) {
+        let files: Vec<(String, Vec<u8>)> = entries(&case)
             .iter()
             .filter_map(|p| {
                 let name = p.file_name()?.to_string_lossy().into_owned();
@@ -359,14 +353,8 @@ fn manifest_seeds() -> Vec<Vec<u8>> {
             ..Default::default()
         };
         if ingest(&store, std::slice::from_ref(&trace), &opts, &NoProgress).is_ok() {
-            let newest = store.paths().manifest_dir();
-            let mut names: Vec<_> = std::fs::read_dir(&newest)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .collect();
-            names.sort();
+            // Manifest names are inverted versions: the newest sorts first.
+            let names = entries(&store.paths().manifest_dir());
             if let Some(bytes) = names.first().and_then(|p| std::fs::read(p).ok()) {
                 out.push(bytes);
             }

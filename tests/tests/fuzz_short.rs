@@ -7,6 +7,7 @@
 //! A failing input is written to `$TMPDIR/gpuq-fuzz-failures/` and can be replayed with the
 //! cargo-fuzz target of the same name. `GPUQ_FUZZ_CASES` sets the mutations per target.
 
+use gpuq_ingest::synth::Rng;
 use gpuq_tests::fuzz::{seeds, Target};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -22,24 +23,12 @@ const PER_INPUT: Duration = Duration::from_secs(10);
 /// hash of the input, why). Each is still run; its failure is reported, not fatal.
 const KNOWN: &[(Target, u64, &str)] = &[];
 
-/// splitmix64: a seeded, reproducible stream.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
+/// Seeded draws in `0..n` (0 when `n` is 0).
+fn below(rng: &mut Rng, n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        rng.below(n as u64) as usize
     }
 }
 
@@ -66,25 +55,25 @@ const TOKENS: &[&[u8]] = &[
 
 fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
     let mut d = seed.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + below(rng, 4) {
         let len = d.len();
-        let at = rng.below(len + 1);
-        match rng.below(9) {
+        let at = below(rng, len + 1);
+        match below(rng, 9) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                d[i] ^= 1 << rng.below(8);
+                let i = below(rng, len);
+                d[i] ^= 1 << below(rng, 8);
             }
             1 if len > 0 => {
-                let i = rng.below(len);
-                d[i] = INTERESTING[rng.below(INTERESTING.len())];
+                let i = below(rng, len);
+                d[i] = INTERESTING[below(rng, INTERESTING.len())];
             }
             2 => d.truncate(at),
             3 => {
-                let n = 1 + rng.below(8);
+                let n = 1 + below(rng, 8);
                 let bytes: Vec<u8> = (0..n)
                     .map(|_| {
-                        if rng.below(2) == 0 {
-                            INTERESTING[rng.below(INTERESTING.len())]
+                        if below(rng, 2) == 0 {
+                            INTERESTING[below(rng, INTERESTING.len())]
                         } else {
                             rng.next() as u8
                         }
@@ -93,29 +82,29 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
                 d.splice(at..at, bytes);
             }
             4 => {
-                let end = (at + 1 + rng.below(64)).min(len);
+                let end = (at + 1 + below(rng, 64)).min(len);
                 d.drain(at.min(end)..end);
             }
             5 => {
-                let from = rng.below(other.len() + 1);
+                let from = below(rng, other.len() + 1);
                 d.truncate(at);
                 d.extend_from_slice(&other[from..]);
             }
             6 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(256)).min(len);
+                let a = below(rng, len);
+                let b = (a + 1 + below(rng, 256)).min(len);
                 let chunk = d[a..b].to_vec();
                 d.splice(at..at, chunk);
             }
             7 => {
-                let t = TOKENS[rng.below(TOKENS.len())];
+                let t = TOKENS[below(rng, TOKENS.len())];
                 d.splice(at..at, t.iter().copied());
             }
             _ => {
                 // A run of digits replaced by a huge one: sizes, counts and times overflow.
                 if let Some(i) = (at..len).find(|&i| d[i].is_ascii_digit()) {
                     let j = (i..len).find(|&j| !d[j].is_ascii_digit()).unwrap_or(len);
-                    let t = TOKENS[rng.below(3)];
+                    let t = TOKENS[below(rng, 3)];
                     d.splice(i..j, t.iter().copied());
                 }
             }
@@ -171,13 +160,16 @@ fn short_run(target: Target) {
     let corpus = seeds(target);
     assert!(!corpus.is_empty(), "{}: no seeds", target.name());
     let mut rng = Rng(0x6770_7571_0000_0000 ^ fnv1a(target.name().as_bytes()));
-    let mut inputs = corpus.clone();
-    for _ in 0..cases {
-        let seed = &corpus[rng.below(corpus.len())];
-        let other = &corpus[rng.below(corpus.len())];
-        inputs.push(mutate(&mut rng, seed, other));
-    }
-    let total = inputs.len();
+    // The seeds, then their mutations, made as they are run (a long run holds one at a time).
+    let total = corpus.len() + cases;
+    let inputs = (0..total).map(|i| match corpus.get(i) {
+        Some(seed) => seed.clone(),
+        None => {
+            let seed = &corpus[below(&mut rng, corpus.len())];
+            let other = &corpus[below(&mut rng, corpus.len())];
+            mutate(&mut rng, seed, other)
+        }
+    });
     let (tx, rx) = mpsc::channel::<(usize, Result<(), String>)>();
     let (work_tx, work_rx) = mpsc::channel::<(usize, Vec<u8>)>();
     quiet_worker_panics();
@@ -197,19 +189,19 @@ fn short_run(target: Target) {
     let mut failures = Vec::new();
     let mut known = Vec::new();
     let mut slowest = Duration::ZERO;
-    for (i, data) in inputs.iter().enumerate() {
+    for (i, data) in inputs.enumerate() {
         let t0 = Instant::now();
         work_tx.send((i, data.clone())).expect("worker alive");
         match rx.recv_timeout(PER_INPUT) {
             Ok((_, Ok(()))) => {}
             Ok((_, Err(message))) => {
-                let hash = fnv1a(data);
+                let hash = fnv1a(&data);
                 match KNOWN.iter().find(|(t, h, _)| *t == target && *h == hash) {
                     Some((_, _, why)) => known.push(format!("{hash:016x}: {why}")),
                     None => failures.push(format!(
                         "input {i} ({} bytes, {}): {message}",
                         data.len(),
-                        keep(target, data)
+                        keep(target, &data)
                     )),
                 }
             }
@@ -218,7 +210,7 @@ fn short_run(target: Target) {
                     "{}: input {i} ({} bytes) ran past {PER_INPUT:?}: a hang? kept as {}",
                     target.name(),
                     data.len(),
-                    keep(target, data)
+                    keep(target, &data)
                 );
             }
         }

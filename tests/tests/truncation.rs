@@ -8,7 +8,7 @@
 //! many events as one of the references, or fewer than "clean" with a warning.
 
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::synth::{write_kineto, SynthConfig};
+use gpuq_ingest::synth::{write_kineto, Rng, SynthConfig};
 use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
 use gpuq_ingest::{ingest, IngestOptions, NoProgress};
 use std::path::{Path, PathBuf};
@@ -67,17 +67,26 @@ fn check(cut: &Stored, clean: &Stored, full: &Stored) -> Option<String> {
 
 /// Seeded offsets in `lo..hi`, always with the first and last.
 fn offsets(lo: usize, hi: usize, n: usize, seed: u64) -> Vec<usize> {
-    let mut x = seed;
+    let mut rng = Rng(seed);
     let mut out = vec![lo, hi - 1];
     for _ in 0..n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.push(lo + (x % (hi - lo) as u64) as usize);
+        out.push(lo + rng.below((hi - lo) as u64) as usize);
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// A copy of the rocprofv3 fixture `modern` at `to`, for a test to damage.
+fn rocprof_output(to: &Path) -> PathBuf {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ingest/fixtures/rocprof/modern");
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(&fixture).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    to.to_path_buf()
 }
 
 /// Known violations that another change fixes: (format, why). They are reported, not fatal.
@@ -251,20 +260,13 @@ fn a_truncated_stage_log_is_an_error_or_keeps_its_whole_stages() {
 #[test]
 fn a_truncated_rocprof_kernel_table_is_an_error_or_keeps_its_whole_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ingest/fixtures/rocprof/modern");
     let table = "4242_kernel_trace.csv";
-    let text = std::fs::read(fixture.join(table)).unwrap();
+    let text = std::fs::read(rocprof_output(&dir.path().join("whole")).join(table)).unwrap();
     // From byte 0: a cut header is a file that no longer says what it is.
     let records = line_records(&text, 0, &|_| true);
     // The cut table beside the output's other, whole tables.
     let write = |path: &Path, bytes: &[u8]| {
-        let _ = std::fs::remove_dir_all(path);
-        std::fs::create_dir_all(path).unwrap();
-        for e in std::fs::read_dir(&fixture).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), path.join(e.file_name())).unwrap();
-        }
-        std::fs::write(path.join(table), bytes).unwrap();
+        std::fs::write(rocprof_output(path).join(table), bytes).unwrap();
         path.to_path_buf()
     };
     truncations(
@@ -323,16 +325,11 @@ fn a_kineto_trace_with_two_damaged_quotes_is_an_error_or_keeps_its_events() {
     let quotes: Vec<usize> = (start + 15..text.len())
         .filter(|&i| text[i] == b'"')
         .collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut next = || rng.next();
     let mut violations = Vec::new();
     let mut errors = 0;
-    let tries = 40;
+    let tries = 300;
     for _ in 0..tries {
         let a = next() as usize % quotes.len();
         let b = (a + 1 + next() as usize % 40).min(quotes.len() - 1);
@@ -361,16 +358,8 @@ fn a_kineto_trace_with_two_damaged_quotes_is_an_error_or_keeps_its_events() {
 #[test]
 fn a_rocprof_directory_with_a_damaged_table_is_an_error_or_keeps_its_events() {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ingest/fixtures/rocprof/modern");
-    let copy = |to: &Path| {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(&fixture).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-        to.to_path_buf()
-    };
-    let whole = ingest_one(dir.path(), &copy(&dir.path().join("whole")));
+    let fixture = rocprof_output(&dir.path().join("whole"));
+    let whole = ingest_one(dir.path(), &fixture);
     assert!(matches!(whole, Stored::Events { .. }), "{whole:?}");
     let mut violations = Vec::new();
     let mut tries = 0;
@@ -399,7 +388,7 @@ fn a_rocprof_directory_with_a_damaged_table_is_an_error_or_keeps_its_events() {
         for (what, bytes) in damages {
             tries += 1;
             let case = dir.path().join(format!("damaged{tries}"));
-            std::fs::write(copy(&case).join(table), bytes).unwrap();
+            std::fs::write(rocprof_output(&case).join(table), bytes).unwrap();
             let stored = ingest_one(dir.path(), &case);
             if let Some(v) = check(&stored, &whole, &whole) {
                 violations.push(format!("{table} with {what}: {v}"));
