@@ -18,7 +18,7 @@ pub mod resolve;
 pub mod rocprof;
 pub mod source;
 pub mod spool;
-mod sqlite_pages;
+pub mod sqlite_pages;
 pub mod stagelog;
 pub mod synth;
 pub mod synth_nsys;

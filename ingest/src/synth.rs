@@ -626,11 +626,11 @@ const ALLREDUCE: Op = node!(
 // ---------------------------------------------------------------------------------------------
 // The generator.
 
-/// splitmix64.
-struct Rng(u64);
+/// splitmix64: a seeded, reproducible stream (also the fuzzers' mutation source).
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -638,7 +638,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         ((self.next() as u128 * n as u128) >> 64) as u64
     }
     /// Uniform in `lo..=hi`.

@@ -33,3 +33,6 @@ pub fn trace_files(dir: &std::path::Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+pub mod fuzz;
+mod fuzz_seeds;

@@ -1,0 +1,7 @@
+#![no_main]
+//! cargo-fuzz target: the body is `gpuq_tests::fuzz::Target::Duration`, also run by the stable
+//! short run in `tests/tests/fuzz_short.rs`.
+use gpuq_tests::fuzz::Target;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| Target::Duration.run(data));
