@@ -19,6 +19,18 @@ fn ingest(store: &Store, path: &std::path::Path, run: &str) {
     gpuq_ingest::ingest(store, &[path.to_path_buf()], &opts, &NoProgress).unwrap();
 }
 
+/// A session over a new store holding `trace` (Kineto JSON text) as run `run`; the directory
+/// lives as long as the returned guard.
+async fn session_with_trace(trace: &str, run: &str) -> (tempfile::TempDir, SessionContext) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let path = dir.path().join("trace.json");
+    std::fs::write(&path, trace).unwrap();
+    ingest(&store, &path, run);
+    let ctx = open_session(&store).await.unwrap();
+    (dir, ctx)
+}
+
 /// Rows of a query as Int64 (NULL -> None) per column.
 async fn int_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<Option<i64>>> {
     let mut out = Vec::new();
@@ -775,12 +787,7 @@ const ROCM_COPY_TRACE: &str = r###"{
 
 #[tokio::test]
 async fn a_copy_that_waits_for_queued_work_is_a_synchronisation_in_hip_words() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("store")).unwrap();
-    let path = dir.path().join("rocm.json");
-    std::fs::write(&path, ROCM_COPY_TRACE).unwrap();
-    ingest(&store, &path, "r");
-    let ctx = open_session(&store).await.unwrap();
+    let (_dir, ctx) = session_with_trace(ROCM_COPY_TRACE, "r").await;
     let f = text_rows(
         &ctx,
         "SELECT category, title, action, impact_ns FROM findings('r') \
@@ -824,12 +831,7 @@ const OTHER_STREAM_COPY_TRACE: &str = r###"{
 
 #[tokio::test]
 async fn a_copy_waits_for_its_own_stream_not_for_other_streams() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("store")).unwrap();
-    let path = dir.path().join("streams.json");
-    std::fs::write(&path, OTHER_STREAM_COPY_TRACE).unwrap();
-    ingest(&store, &path, "s");
-    let ctx = open_session(&store).await.unwrap();
+    let (_dir, ctx) = session_with_trace(OTHER_STREAM_COPY_TRACE, "s").await;
     let f = text_rows(
         &ctx,
         "SELECT category, impact_ns FROM findings('s') \

@@ -110,6 +110,19 @@ fn map_json<B: ArrayBuilder>(
     })
 }
 
+/// The documentation of a JSON function: what it gives, its syntax and an example, with the
+/// arguments every JSON function shares.
+fn json_doc(description: &str, syntax: &str, example: &str) -> Documentation {
+    Documentation::builder(super::DOC_SECTION, description, syntax)
+        .with_sql_example(example)
+        .with_argument("json", "JSON text, such as events.args or runs.metadata")
+        .with_argument(
+            "key_or_index",
+            "an object key (text) or an array index (integer)",
+        )
+        .build()
+}
+
 /// Implements a JSON function: `$ty` with its name, result type, documentation, builder and
 /// the conversion of the value found into the builder's item.
 macro_rules! json_udf {
@@ -134,19 +147,12 @@ macro_rules! json_udf {
 }
 
 static JSON_GET_DOC: LazyLock<Documentation> = LazyLock::new(|| {
-    Documentation::builder(
-        super::DOC_SECTION,
+    json_doc(
         "The value inside JSON text at a path of object keys and array indexes (negative from \
          the end): a string as its text, other values as JSON; NULL where there is none.",
         "json_get(json, key_or_index, ...)",
+        "SELECT json_get('{\"a\": [1, {\"b\": \"x\"}]}', 'a', -1, 'b'); -- 'x'",
     )
-    .with_sql_example("SELECT json_get('{\"a\": [1, {\"b\": \"x\"}]}', 'a', -1, 'b'); -- 'x'")
-    .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument(
-        "key_or_index",
-        "an object key (text) or an array index (integer)",
-    )
-    .build()
 });
 
 json_udf!(
@@ -170,19 +176,12 @@ json_udf!(
 );
 
 static JSON_GET_INT_DOC: LazyLock<Documentation> = LazyLock::new(|| {
-    Documentation::builder(
-        super::DOC_SECTION,
+    json_doc(
         "The integer inside JSON text at a path of object keys and array indexes; NULL where \
          there is none or the value is not an integer.",
         "json_get_int(json, key_or_index, ...)",
+        "SELECT name, json_get_int(args, 'External id') FROM cpu_ops;",
     )
-    .with_sql_example("SELECT name, json_get_int(args, 'External id') FROM cpu_ops;")
-    .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument(
-        "key_or_index",
-        "an object key (text) or an array index (integer)",
-    )
-    .build()
 });
 
 json_udf!(
@@ -200,19 +199,12 @@ json_udf!(
 );
 
 static JSON_GET_FLOAT_DOC: LazyLock<Documentation> = LazyLock::new(|| {
-    Documentation::builder(
-        super::DOC_SECTION,
+    json_doc(
         "The number inside JSON text at a path of object keys and array indexes, as a float; \
          NULL where there is none or the value is not a number.",
         "json_get_float(json, key_or_index, ...)",
+        "SELECT json_get_float('{\"x\": [0.5]}', 'x', 0); -- 0.5",
     )
-    .with_sql_example("SELECT json_get_float('{\"x\": [0.5]}', 'x', 0); -- 0.5")
-    .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument(
-        "key_or_index",
-        "an object key (text) or an array index (integer)",
-    )
-    .build()
 });
 
 json_udf!(
@@ -230,19 +222,12 @@ json_udf!(
 );
 
 static JSON_GET_JSON_DOC: LazyLock<Documentation> = LazyLock::new(|| {
-    Documentation::builder(
-        super::DOC_SECTION,
+    json_doc(
         "The value inside JSON text at a path of object keys and array indexes, as JSON text (a \
          string keeps its quotes); NULL where there is none. `json -> key` is this function.",
         "json_get_json(json, key_or_index, ...)",
+        "SELECT json_get_json('{\"a\": {\"b\": \"x\"}}', 'a'); -- '{\"b\":\"x\"}'",
     )
-    .with_sql_example("SELECT json_get_json('{\"a\": {\"b\": \"x\"}}', 'a'); -- '{\"b\":\"x\"}'")
-    .with_argument("json", "JSON text, such as events.args or runs.metadata")
-    .with_argument(
-        "key_or_index",
-        "an object key (text) or an array index (integer)",
-    )
-    .build()
 });
 
 json_udf!(
