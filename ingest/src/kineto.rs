@@ -61,12 +61,21 @@ pub fn parse(
     reader: impl Read + Send,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ParsedTrace, TraceError> {
+    parse_with_steps(reader, progress, None)
+}
+
+/// [`parse`] with steps found by `step_pattern` (see [`parse_into`]).
+pub(crate) fn parse_with_steps(
+    reader: impl Read + Send,
+    progress: &(dyn Fn(u64) + Sync),
+    step_pattern: Option<&regex::Regex>,
+) -> Result<ParsedTrace, TraceError> {
     let (mut batches, mut counters) = (Vec::new(), Vec::new());
     let mut trace = parse_into(
         reader,
         progress,
         usize::MAX,
-        None,
+        step_pattern,
         &mut |b| {
             batches.push(b);
             Ok(())

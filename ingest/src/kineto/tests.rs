@@ -624,24 +624,7 @@ fn unified_memory_migrations_have_their_own_copy_kind() {
 
 fn parse_with_steps(text: &str, pattern: &str) -> ParsedTrace {
     let re = crate::nsys::step_pattern(pattern).unwrap();
-    let (mut batches, mut counters) = (Vec::new(), Vec::new());
-    let mut t = parse_into(
-        text.as_bytes(),
-        &|_| {},
-        usize::MAX,
-        Some(&re),
-        &mut |b| {
-            batches.push(b);
-            Ok(())
-        },
-        &mut |b| {
-            counters.push(b);
-            Ok(())
-        },
-    )
-    .unwrap();
-    t.batches = batches;
-    t
+    super::parse_with_steps(text.as_bytes(), &|_| {}, Some(&re)).unwrap()
 }
 
 /// A loop of `ranges` (host range names), each launching one kernel, 100 µs apart; the ranges
