@@ -74,6 +74,8 @@ pub const PREFILTER_LITERALS: &[&str] = &[
     "AUTH",
     "ookie",
     "OOKIE",
+    // A JSON escape can spell any letter of a key (`"pass\u0077ord"`).
+    "\\u",
 ];
 
 static PREFILTER: LazyLock<AhoCorasick> = LazyLock::new(|| {
@@ -277,13 +279,27 @@ fn unquoted(text: &str, value: Range<usize>) -> Range<usize> {
     }
 }
 
+/// Whether a token's text after its prefix (`hf_`, `xoxb-`) mixes at least two of lower case,
+/// upper case and digits, as random tokens do and words and identifiers seldom do.
+fn looks_random(token: &str) -> bool {
+    let body = token.split_once(['_', '-']).map_or(token, |(_, body)| body);
+    let has = |f: fn(&u8) -> bool| body.as_bytes().iter().any(f) as u8;
+    has(u8::is_ascii_lowercase) + has(u8::is_ascii_uppercase) + has(u8::is_ascii_digit) >= 2
+}
+
 fn token_pass<'t>(text: &'t str, count: &mut usize) -> Cow<'t, str> {
     replace_found(text, &TOKEN, count, |text, c| {
         let m = c.get(0).expect("group 0");
         let next = m.start() + 1;
-        // Inside a word (`task-…`) it is no token; an AWS key id is exactly 20 characters.
-        if alphanumeric_before(text, m.start())
-            || (c.name("aws").is_some()
+        // A token's text looks random; a name (`…_hf_rotaryembedding…`) does not. Glued to
+        // what comes before it (`%3Dhf_…`, a URL-encoded `=`) a token is still one where its
+        // prefix is one no word has; `sk-` and `AKIA` are inside words (`task-…`). An AWS key
+        // id is exactly 20 characters.
+        let aws = c.name("aws").is_some();
+        let in_word = alphanumeric_before(text, m.start()) && (aws || c.name("sk").is_some());
+        if in_word
+            || (!aws && !looks_random(m.as_str()))
+            || (aws
                 && text
                     .as_bytes()
                     .get(m.end())

@@ -305,3 +305,42 @@ fn a_literal_across_two_rows_hides_nothing() {
     let sliced = array.slice(1, 2);
     assert_eq!(candidate_rows(&sliced), vec![0]);
 }
+
+/// A token glued to what comes before it (a URL-encoded `=`, a word) is still a token where
+/// its prefix is one no word has; `sk-` and AWS key ids inside words are not, nor names that
+/// only look like a token's prefix.
+#[test]
+fn distinctive_tokens_glued_to_a_word_are_replaced() {
+    for token in [HF, GHP, PAT, JWT] {
+        for text in [format!("x{token}"), format!("/api?token%3D{token}&x=1")] {
+            let (r, n) = redacted(&text);
+            assert!(!r.contains(token), "{text} -> {r}");
+            assert_eq!(n, 1, "{text} -> {r}");
+        }
+    }
+    for kept in [
+        format!("task{}", &SK[2..]),
+        format!("X{AWS}"),
+        "void gemm_tf32hf_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa_kernel".to_string(),
+        "mha_fwd_hdim128_bf16_hf_rotaryembeddingkernelaaaaaaaaaa".to_string(),
+    ] {
+        let (r, n) = redacted(&kept);
+        assert_eq!((r.as_str(), n), (kept.as_str(), 0));
+    }
+}
+
+/// A key written with JSON escapes names a secret as its unescaped text does, in JSON and in
+/// a text column's prefilter alike.
+#[test]
+fn json_keys_written_with_escapes_are_read_unescaped() {
+    for text in [
+        r#"{"pass\u0077ord": "hunter2", "lr": 3}"#,
+        r#"{"HF\u005fTOKEN": "abc123", "lr": 3}"#,
+        r#"{"cfg": {"\u0061pi_\u006bey": 12345}}"#,
+    ] {
+        let (r, n) = redacted(text);
+        assert_eq!(n, 1, "{text} -> {r}");
+        assert!(r.contains(REDACTED), "{r}");
+        assert!(!r.contains("hunter2") && !r.contains("abc123") && !r.contains("12345"), "{r}");
+    }
+}
