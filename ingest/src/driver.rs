@@ -2,7 +2,7 @@
 //! ranks, else one run per file), content already stored (skipped, or shared under a new
 //! name), and what each run's summary reports.
 
-use crate::events::{HostStructure, Kind, RangeRules};
+use crate::events::{HostStructure, Kind, Launch, RangeRules};
 use crate::kineto;
 use crate::launches::LaunchIndexWriter;
 use crate::nsys;
@@ -474,6 +474,7 @@ fn ingest_run(
             launch_budget: opts
                 .spool_budget
                 .unwrap_or(crate::launches::DEFAULT_MEMORY_BUDGET),
+            step_pattern: opts.step_pattern.clone(),
         };
         let spools = (spool, counters);
         let file = finish_file(
@@ -897,6 +898,8 @@ struct WindowScratch {
     /// Scratch file of the attributed launches, and their bytes held in memory before it.
     launch_index: PathBuf,
     launch_budget: usize,
+    /// Kineto's `--step-pattern`: ranges it matches are scopes ([`RangeRules::step_pattern`]).
+    step_pattern: Option<regex::Regex>,
 }
 
 /// Attributes, sorts and writes one parsed file (and reads its remaining GPU tables straight
@@ -1240,7 +1243,9 @@ fn window_groups(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
 struct WindowState {
     windows: spool::Windows,
     /// How the adapter's ranges are read from its rows.
-    ranges: &'static RangeRules,
+    ranges: RangeRules,
+    /// By window, the launches no row holds ([`HostStructure::unstored_launches`]).
+    unstored_launches: Vec<Vec<Launch>>,
     /// Names and threads of all windows so far; the ranges still open.
     host: HostStructure,
     /// `host.names` as the resolvers' dictionary values.
@@ -1268,13 +1273,15 @@ impl WindowState {
             .par_iter()
             .map(|b| {
                 let mut host = HostStructure::default();
-                crate::events::host_structure(b, &mut host, self.ranges);
+                crate::events::host_structure(b, &mut host, &self.ranges);
                 host
             })
             .collect();
         for host in found {
             self.host.absorb(host);
         }
+        let unstored = std::mem::take(&mut self.unstored_launches[w]);
+        self.host.launches.extend(unstored);
         if self.host.names.names().len() != self.names_array.len() {
             self.names_array = Arc::new(StringArray::from_iter_values(
                 self.host.names.names().iter().map(|n| &**n),
@@ -1310,7 +1317,7 @@ fn write_windows(
     ctx: &PartContext<'_>,
     host: HostStructure,
     windows: spool::Windows,
-    ranges: &'static RangeRules,
+    ranges: RangeRules,
     scratch: &WindowScratch,
 ) -> Result<(Vec<(StagedFile, Facts)>, Resolver), IngestError> {
     let HostStructure {
@@ -1318,11 +1325,18 @@ fn write_windows(
         threads,
         steps,
         correlation_per_process,
+        unstored_launches: unstored,
         ..
     } = host;
+    let mut unstored_launches = vec![Vec::new(); windows.len()];
+    for launch in unstored {
+        // Windows go by time alone where launches are not rows (Kineto).
+        unstored_launches[windows.window_of(0, launch.ts)].push(launch);
+    }
     let mut state = WindowState {
         windows,
         ranges,
+        unstored_launches,
         host: HostStructure {
             names,
             threads,
@@ -1440,7 +1454,11 @@ fn write_kineto_windowed(
     }
     drop(all);
     let windows = by_window.into_windows().map_err(spool_error())?;
-    let (mut written, resolver) = write_windows(ctx, host, windows, &kineto::RANGES, scratch)?;
+    let ranges = RangeRules {
+        step_pattern: scratch.step_pattern.clone(),
+        ..kineto::RANGES
+    };
+    let (mut written, resolver) = write_windows(ctx, host, windows, ranges, scratch)?;
     // Parts of a quarter of the usual rows: a part is gathered from the GPU rows of many
     // small frames, and writing such parts of 256 K rows two at a time peaked at 650 MB
     // against 330 MB at 64 K (1 GB trace, measured), and was slower.
@@ -1502,7 +1520,7 @@ fn write_windowed(
     scratch: &WindowScratch,
 ) -> Result<(Vec<(StagedFile, Facts)>, nsys::Counts), IngestError> {
     let windows = spool.into_windows().map_err(io_error(Path::new("spool")))?;
-    let (mut written, resolver) = write_windows(ctx, host, windows, &nsys::RANGES, scratch)?;
+    let (mut written, resolver) = write_windows(ctx, host, windows, nsys::RANGES, scratch)?;
     let direct = DirectParts::new(ctx, &resolver, PART_ROWS);
     let counts = gpu.tables.read(gpu.progress, &|b| direct.push(b));
     match (counts, direct.finish()) {
@@ -1863,24 +1881,7 @@ mod tests {
             ..crate::synth::SynthConfig::small()
         };
         crate::synth::write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
-        let windows = |window_rows, spool_budget| IngestOptions {
-            whole_file_limit: Some(0),
-            window_rows: Some(window_rows),
-            spool_budget,
-            ..Default::default()
-        };
-        let configs = [
-            ("windows of 300 rows", windows(300, None)),
-            ("spilled windows of 1000 rows", windows(1000, Some(0))),
-            ("one window", windows(usize::MAX, None)),
-            (
-                "windows after 500 ranges and launches were kept",
-                IngestOptions {
-                    whole_file_limit: Some(500),
-                    ..windows(700, None)
-                },
-            ),
-        ];
+        let configs = kineto_windows(IngestOptions::default());
         let rows = assert_windows_change_nothing(&trace, IngestOptions::default(), &configs);
         assert!(rows.len() > 5000, "{} rows", rows.len());
         assert!(attributed_kernels(&rows) > 1000);
@@ -1907,6 +1908,116 @@ mod tests {
             let rows =
                 assert_windows_change_nothing(&path, IngestOptions::default(), &configs[..2]);
             assert!(!rows.is_empty(), "{}", path.display());
+        }
+    }
+
+    /// Kineto ingests by windows (of 300 and 1000 rows, spilled, one window, and windows after
+    /// some ranges were kept), with the options of `whole`.
+    fn kineto_windows(whole: IngestOptions) -> Vec<(&'static str, IngestOptions)> {
+        let windows = |window_rows, spool_budget| IngestOptions {
+            whole_file_limit: Some(0),
+            window_rows: Some(window_rows),
+            spool_budget,
+            ..whole.clone()
+        };
+        vec![
+            ("windows of 300 rows", windows(300, None)),
+            ("spilled windows of 1000 rows", windows(1000, Some(0))),
+            ("one window", windows(usize::MAX, None)),
+            (
+                "windows after 500 ranges and launches were kept",
+                IngestOptions {
+                    whole_file_limit: Some(500),
+                    ..windows(700, None)
+                },
+            ),
+        ]
+    }
+
+    /// Column `name` of a row of [`stored_rows`].
+    fn field<'a>(row: &'a str, name: &str) -> &'a str {
+        let index = TableKind::Events.file_schema().index_of(name).unwrap();
+        row.split('|').nth(index).unwrap()
+    }
+
+    /// Ranges that `--step-pattern` makes steps are scopes, not operators, also where a trace
+    /// is attributed by windows (as operator rows, `cpu_op`, they would otherwise be the
+    /// kernels' operators).
+    #[test]
+    fn step_pattern_scopes_are_the_same_by_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.json");
+        let mut events = Vec::new();
+        for i in 0..400 {
+            let t = 1000 + 100 * i;
+            let event = |cat: &str, name: &str, ts: i64, dur: i64, args: &str| {
+                format!(
+                    r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": 1, "tid": 1, "ts": {ts}, "dur": {dur}, "args": {{{args}}}}}"#
+                )
+            };
+            events.push(event("cpu_op", &format!("scheduler_step {i}"), t, 90, ""));
+            events.push(event("cpu_op", "aten::mm", t + 5, 50, ""));
+            let correlation = format!(r#""correlation": {i}"#);
+            events.push(event(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                t + 10,
+                5,
+                &correlation,
+            ));
+            let on_gpu = format!(r#""correlation": {i}, "device": 0, "stream": 7"#);
+            events.push(
+                event("kernel", "gemm", t + 20, 20, &on_gpu)
+                    .replace(r#""pid": 1, "tid": 1"#, r#""pid": 0, "tid": 7"#),
+            );
+        }
+        let text = format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n"));
+        std::fs::write(&trace, text).unwrap();
+        let whole = IngestOptions {
+            step_pattern: Some(crate::nsys::step_pattern(r"^scheduler_step (\d+)$").unwrap()),
+            ..Default::default()
+        };
+        let rows = assert_windows_change_nothing(&trace, whole.clone(), &kineto_windows(whole));
+        let kernels: Vec<&String> = rows
+            .iter()
+            .filter(|r| field(r, "kind") == "kernel")
+            .collect();
+        assert_eq!(kernels.len(), 400);
+        for k in kernels {
+            assert_eq!(field(k, "op"), "aten::mm", "{k}");
+            let step = field(k, "step").parse::<i64>().unwrap();
+            assert_eq!(field(k, "scope"), format!("scheduler_step {step}"), "{k}");
+        }
+    }
+
+    /// Legacy `export_chrome_trace` links a kernel to its operator by a flow arrow, which is
+    /// not stored as a row: attributing by windows must not lose it.
+    #[test]
+    fn legacy_flow_launches_are_the_same_by_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.json");
+        let mut events = Vec::new();
+        for i in 0..1500 {
+            let t = 1_000_000 + 10 * i;
+            events.push(format!(r#"{{"name": "op{i}", "ph": "X", "ts": {t}, "dur": 8, "tid": 3, "pid": "CPU functions", "args": {{}}}}"#));
+            events.push(format!(r#"{{"name": "op{i}", "ph": "s", "ts": {t}, "tid": 3, "pid": "CPU functions", "id": {i}, "cat": "cpu_to_cuda", "args": {{}}}}"#));
+            events.push(format!(r#"{{"name": "k{i}", "ph": "f", "ts": {}, "tid": 0, "pid": "CUDA functions", "id": {i}, "cat": "cpu_to_cuda", "args": {{}}}}"#, t + 5));
+            events.push(format!(r#"{{"name": "k{i}", "ph": "X", "ts": {}, "dur": 2, "tid": 0, "pid": "CUDA functions", "args": {{}}}}"#, t + 5));
+        }
+        std::fs::write(&trace, format!("[{}]", events.join(",\n"))).unwrap();
+        let whole = IngestOptions::default();
+        let rows = assert_windows_change_nothing(&trace, whole.clone(), &kineto_windows(whole));
+        let kernels: Vec<&String> = rows
+            .iter()
+            .filter(|r| field(r, "kind") == "kernel")
+            .collect();
+        assert_eq!(kernels.len(), 1500);
+        for k in kernels {
+            assert_eq!(
+                field(k, "op"),
+                format!("op{}", &field(k, "name")[1..]),
+                "{k}"
+            );
         }
     }
 

@@ -632,6 +632,10 @@ pub struct HostStructure {
     pub threads: Threads,
     pub intervals: Vec<HostInterval>,
     pub launches: Vec<Launch>,
+    /// Launch calls that no row holds (the tails of legacy `export_chrome_trace` flow arrows):
+    /// kept when the other ranges and launches are left to be found again in the rows, a
+    /// window at a time. One per kernel of such a trace, 24 bytes each.
+    pub unstored_launches: Vec<Launch>,
     /// `(start, end, step number)` of `ProfilerStep#N` ranges.
     pub steps: Vec<Step>,
     /// Earliest start and latest end of any host (non-GPU) event.
@@ -665,11 +669,14 @@ impl HostStructure {
                 iv.annotation(),
             )
         }));
+        let translate = |mut l: Launch| {
+            l.thread = threads[l.thread as usize];
+            l
+        };
         self.launches
-            .extend(other.launches.into_iter().map(|mut l| {
-                l.thread = threads[l.thread as usize];
-                l
-            }));
+            .extend(other.launches.into_iter().map(translate));
+        self.unstored_launches
+            .extend(other.unstored_launches.into_iter().map(translate));
         self.steps.extend(other.steps);
         if let Some((lo, hi)) = other.host_span {
             self.extend_host_span(lo, hi);
@@ -685,14 +692,18 @@ impl HostStructure {
 }
 
 /// How an adapter reads host ranges from its rows ([`host_structure`]).
+#[derive(Clone)]
 pub struct RangeRules {
     /// Shortest duration of a range: rows that last less contain no time of theirs.
     pub min_dur: i64,
     /// Whether a range needs its row's pid and tid; else a missing one counts as 0.
     pub needs_thread: bool,
     /// A range's name and whether it is an annotation, from its kind (`CpuOp` or
-    /// `Annotation`) and the row's name.
-    pub name: for<'a> fn(Kind, &'a str) -> (&'a str, bool),
+    /// `Annotation`), the row's name and [`RangeRules::step_pattern`].
+    pub name: for<'a> fn(Kind, &'a str, Option<&regex::Regex>) -> (&'a str, bool),
+    /// The pattern the trace's steps were found by (`--step-pattern`), if not the adapter's
+    /// default: a range that marks a step is a scope, never an operator.
+    pub step_pattern: Option<regex::Regex>,
 }
 
 /// Adds the host ranges (operator and annotation rows lasting at least `rules.min_dur`) and
@@ -745,7 +756,8 @@ pub fn host_structure(batch: &RecordBatch, host: &mut HostStructure, rules: &Ran
         let key = names.keys().value(i) as usize;
         let (name, annotation) = *name_ids[key][(kind == Kind::Annotation) as usize]
             .get_or_insert_with(|| {
-                let (name, annotation) = (rules.name)(kind, name_values.value(key));
+                let (name, annotation) =
+                    (rules.name)(kind, name_values.value(key), rules.step_pattern.as_ref());
                 (host.names.intern(name), annotation)
             });
         let thread = thread_of(&mut host.threads, (value(pid, i), value(tid, i)));

@@ -23,6 +23,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;
 use memchr::memmem;
 use rayon::prelude::*;
+use regex::Regex;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
@@ -238,6 +239,11 @@ pub fn parse_into(
         ));
     }
     crate::resolve::number_occurrences(&mut trace.host.steps);
+    if !trace.windowed {
+        // Attributed with the other launches; windows take them from where they are kept.
+        let unstored = std::mem::take(&mut trace.host.unstored_launches);
+        trace.host.launches.extend(unstored);
+    }
     if trace.missing_dur > 0 {
         *trace
             .warnings
@@ -317,11 +323,24 @@ pub const RANGES: RangeRules = RangeRules {
     min_dur: 0,
     needs_thread: true,
     name: range_name,
+    step_pattern: None,
 };
 
-fn range_name(kind: Kind, name: &str) -> (&str, bool) {
-    let annotation = kind == Kind::Annotation || profiler_step_number(name).is_some();
+fn range_name<'a>(kind: Kind, name: &'a str, step_pattern: Option<&Regex>) -> (&'a str, bool) {
+    let annotation = kind == Kind::Annotation || step_of_range(kind, name, step_pattern).is_some();
     (name, annotation)
+}
+
+/// The step a host event of `kind` named `name` marks: by `step_pattern` for operators,
+/// annotations and Python functions, else by `ProfilerStep#N`.
+fn step_of_range(kind: Kind, name: &str, step_pattern: Option<&Regex>) -> Option<i64> {
+    match step_pattern {
+        None => profiler_step_number(name),
+        Some(re) if matches!(kind, Kind::CpuOp | Kind::Annotation | Kind::Python) => {
+            crate::resolve::step_of(re, name)
+        }
+        Some(_) => None,
+    }
 }
 
 /// Where an event lies in its block: its start and end, and the span of its one member that
@@ -1092,7 +1111,7 @@ fn parse_event(
         "s" if cat.as_deref() == Some(LEGACY_FLOW) => {
             if let (Some(id), Some(ts), Some(p), Some(t)) = (flow_id, ts, pid.int(), tid.int()) {
                 let thread = out.host.threads.intern(p, t);
-                out.host.launches.push(Launch::new(id, ts, thread));
+                out.host.unstored_launches.push(Launch::new(id, ts, thread));
             }
             return Ok(());
         }
@@ -1347,13 +1366,7 @@ fn parse_event(
     let (Some(p), Some(t)) = (e.pid, e.tid) else {
         return Ok(());
     };
-    let step = match step_pattern {
-        None => profiler_step_number(&name),
-        Some(re) if matches!(kind, Kind::CpuOp | Kind::Annotation | Kind::Python) => {
-            crate::resolve::step_of(re, &name)
-        }
-        Some(_) => None,
-    };
+    let step = step_of_range(kind, &name, step_pattern);
     if let Some(n) = step {
         out.host.steps.push(Step {
             process: 0,

@@ -1396,9 +1396,11 @@ pub const RANGES: RangeRules = RangeRules {
     min_dur: 1,
     needs_thread: false,
     name: range_name,
+    step_pattern: None,
 };
 
-fn range_name(kind: Kind, text: &str) -> (&str, bool) {
+/// NVTX ranges are annotations whatever the step pattern.
+fn range_name<'a>(kind: Kind, text: &'a str, _: Option<&Regex>) -> (&'a str, bool) {
     match kind {
         Kind::CpuOp => (operator_name(text).unwrap_or(text), false),
         _ => (text, kind == Kind::Annotation),

@@ -310,6 +310,13 @@ impl Frame {
 /// Where the first window starts: before every (process, time), a null pid included.
 const FIRST_WINDOW: (i64, i64) = (i64::MIN, i64::MIN);
 
+/// The window of `starts` (rising, the first [`FIRST_WINDOW`]) that a row of `process` at
+/// `ts` goes to: the last that starts at or before it.
+#[inline]
+fn window_of(starts: &[(i64, i64)], process: i64, ts: i64) -> usize {
+    starts.partition_point(|&start| start <= (process, ts)) - 1
+}
+
 /// Cores to encode frames on, found once: `available_parallelism` reads the affinity mask and
 /// the cgroup's CPU quota files each time (about 20 system calls), and every push asks.
 fn cores() -> usize {
@@ -397,8 +404,7 @@ impl Spool {
                 .ok_or_else(|| io::Error::other(format!("windows need an Int64 {name} column")))
         };
         let ts = column("ts")?;
-        let window_of =
-            |p: i64, t: i64| (self.windows.partition_point(|&start| start <= (p, t)) - 1) as u32;
+        let window_of = |p: i64, t: i64| window_of(&self.windows, p, t) as u32;
         let (Some(first), Some(last)) = (aggregate::min(ts), aggregate::max(ts)) else {
             return Ok(());
         };
@@ -738,6 +744,11 @@ impl Windows {
     /// Where each window starts: (process, time).
     pub fn starts(&self) -> &[(i64, i64)] {
         &self.starts
+    }
+
+    /// The window a row of `process` at `ts` went to (`process` 0 when windows go by time).
+    pub fn window_of(&self, process: i64, ts: i64) -> usize {
+        window_of(&self.starts, process, ts)
     }
 
     pub fn len(&self) -> usize {

@@ -341,6 +341,9 @@ fn json_keys_written_with_escapes_are_read_unescaped() {
         let (r, n) = redacted(text);
         assert_eq!(n, 1, "{text} -> {r}");
         assert!(r.contains(REDACTED), "{r}");
-        assert!(!r.contains("hunter2") && !r.contains("abc123") && !r.contains("12345"), "{r}");
+        assert!(
+            !r.contains("hunter2") && !r.contains("abc123") && !r.contains("12345"),
+            "{r}"
+        );
     }
 }
