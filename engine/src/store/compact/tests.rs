@@ -1,5 +1,6 @@
 use super::*;
-use crate::manifest::{Manifest, RunMeta};
+use crate::manifest::Manifest;
+use crate::store::tests::meta;
 use crate::store::{PutMode, Store};
 use datafusion::arrow::array::{
     Array, Float64Array, Int32Array, Int64Array, StringArray, StringDictionaryBuilder,
@@ -93,21 +94,6 @@ fn events(n: usize, seed: u64) -> RecordBatch {
         })
         .collect();
     RecordBatch::try_new(schema, columns).unwrap()
-}
-
-fn meta(hash: &str) -> RunMeta {
-    RunMeta {
-        format: "test".into(),
-        sources: vec![crate::manifest::SourceFile {
-            path: "x".into(),
-            hash: hash.into(),
-            bytes: 1,
-            rank: None,
-            format: "test".into(),
-        }],
-        events: 10,
-        ..Default::default()
-    }
 }
 
 /// A store with run `r` made of one commit per batch (the first creates the run), without the
