@@ -17,13 +17,4 @@ for i in $(seq 1 "$RUNS"); do
     /usr/bin/time -f "$side %e %U %S %M" -a -o "$WORK/times" "$bin" --store "$WORK/store" ingest -q "$TRACE" --run ab
   done
 done
-python3 - "$WORK/times" "$A" "$B" <<'PY'
-import statistics, sys
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-for side, path in (("A", sys.argv[2]), ("B", sys.argv[3])):
-    r = [list(map(float, x[1:])) for x in rows if x[0] == side]
-    med = [statistics.median(c) for c in zip(*r)]
-    print(f"{side} {path}")
-    print("  wall s: " + " ".join(f"{x[0]:.3f}" for x in r))
-    print(f"  median wall {med[0]:.3f} s, user {med[1]:.3f} s, sys {med[2]:.3f} s, peak RSS {med[3]/1024:.0f} MB")
-PY
+python3 "$(dirname "$0")/ab_summary.py" "$WORK/times" "$A" "$B"

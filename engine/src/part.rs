@@ -1,4 +1,4 @@
-//! Writing one sorted Parquet data file.
+//! Writing one sorted Parquet data file, and reading it back.
 
 use crate::error::{Error, Result};
 use crate::schema::TableKind;
@@ -6,12 +6,15 @@ use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch,
 };
 use datafusion::arrow::compute::{self, SortColumn, SortOptions};
-use datafusion::arrow::datatypes::{DataType, Int32Type};
-use datafusion::parquet::arrow::arrow_writer::compute_leaves;
+use datafusion::arrow::datatypes::{DataType, Int32Type, Schema};
+use datafusion::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnWriter, ArrowRowGroupWriterFactory,
+};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
 use datafusion::parquet::file::metadata::SortingColumn;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use datafusion::parquet::file::writer::SerializedFileWriter;
 use datafusion::parquet::schema::types::ColumnPath;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -276,8 +279,7 @@ pub fn check_schema(table: TableKind, batch: &RecordBatch) -> Result<()> {
 /// Integer id columns stored as bit-packed deltas rather than dictionaries.
 const DELTA_ID_COLUMNS: [&str; 6] = ["rank", "device", "stream", "step", "pid", "tid"];
 
-fn writer_properties(table: TableKind, batch: &RecordBatch) -> WriterProperties {
-    let schema = batch.schema();
+fn writer_properties(table: TableKind, schema: &Schema) -> WriterProperties {
     let sorting = table
         .sort_columns()
         .iter()
@@ -382,116 +384,256 @@ const MAX_KIND_RANGES: usize = 64;
 /// Half-open row ranges of each value of the `kind` column of a sorted batch (empty when the
 /// table has no `kind` column), with gaps under [`KIND_RANGE_GAP`] rows merged.
 pub fn kind_ranges(batch: &RecordBatch) -> BTreeMap<String, Vec<(u64, u64)>> {
-    let mut out: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
-    let Some(kind) = batch.column_by_name("kind") else {
-        return out;
-    };
-    let Some(dict) = kind.as_any_dictionary_opt() else {
-        return out;
-    };
-    let Some(values) = dict.values().as_string_opt::<i32>() else {
-        return out;
-    };
-    // Sorting concatenates the dictionaries of the input batches, so one kind can have
-    // several codes: number the distinct values first.
-    let mut distinct: Vec<&str> = Vec::new();
-    let value_of_code: Vec<usize> = (0..values.len())
-        .map(|code| {
-            let v = values.value(code);
-            distinct.iter().position(|d| *d == v).unwrap_or_else(|| {
-                distinct.push(v);
-                distinct.len() - 1
+    let mut ranges = KindRanges::default();
+    ranges.add(batch);
+    ranges.finish()
+}
+
+/// [`kind_ranges`] of the batches of one part given one after the other (their rows numbered
+/// on from one batch to the next).
+#[derive(Default)]
+struct KindRanges {
+    rows: u64,
+    /// Each kind's ranges, by kind.
+    per_value: HashMap<String, Vec<(u64, u64)>>,
+}
+
+impl KindRanges {
+    fn add(&mut self, batch: &RecordBatch) {
+        let first_row = self.rows;
+        self.rows += batch.num_rows() as u64;
+        let Some(kind) = batch.column_by_name("kind") else {
+            return;
+        };
+        let Some(dict) = kind.as_any_dictionary_opt() else {
+            return;
+        };
+        let Some(values) = dict.values().as_string_opt::<i32>() else {
+            return;
+        };
+        // Sorting concatenates the dictionaries of the input batches, so one kind can have
+        // several codes: number the distinct values first.
+        let mut distinct: Vec<&str> = Vec::new();
+        let value_of_code: Vec<usize> = (0..values.len())
+            .map(|code| {
+                let v = values.value(code);
+                distinct.iter().position(|d| *d == v).unwrap_or_else(|| {
+                    distinct.push(v);
+                    distinct.len() - 1
+                })
             })
-        })
-        .collect();
-    let mut per_value: Vec<Vec<(u64, u64)>> = vec![Vec::new(); distinct.len()];
-    for (row, code) in dict.normalized_keys().into_iter().enumerate() {
-        let row = row as u64;
-        let ranges = &mut per_value[value_of_code[code]];
-        match ranges.last_mut() {
-            Some(last) if last.1 + KIND_RANGE_GAP >= row => last.1 = row + 1,
-            _ => ranges.push((row, row + 1)),
+            .collect();
+        let mut per_value: Vec<Vec<(u64, u64)>> = distinct
+            .iter()
+            .map(|v| self.per_value.remove(*v).unwrap_or_default())
+            .collect();
+        for (row, code) in dict.normalized_keys().into_iter().enumerate() {
+            let row = first_row + row as u64;
+            let ranges = &mut per_value[value_of_code[code]];
+            match ranges.last_mut() {
+                Some(last) if last.1 + KIND_RANGE_GAP >= row => last.1 = row + 1,
+                _ => ranges.push((row, row + 1)),
+            }
+        }
+        for (value, ranges) in distinct.into_iter().zip(per_value) {
+            self.per_value.insert(value.to_string(), ranges);
         }
     }
-    for (value, mut ranges) in distinct.into_iter().zip(per_value) {
-        if ranges.is_empty() {
-            continue;
+
+    fn finish(self) -> BTreeMap<String, Vec<(u64, u64)>> {
+        let mut out = BTreeMap::new();
+        for (value, mut ranges) in self.per_value {
+            if ranges.is_empty() {
+                continue;
+            }
+            if ranges.len() > MAX_KIND_RANGES {
+                ranges = vec![(ranges[0].0, ranges[ranges.len() - 1].1)];
+            }
+            out.insert(value, ranges);
         }
-        if ranges.len() > MAX_KIND_RANGES {
-            ranges = vec![(ranges[0].0, ranges[ranges.len() - 1].1)];
-        }
-        out.insert(value.to_string(), ranges);
+        out
     }
-    out
 }
 
 /// Writes a sorted batch to `path` as one Parquet file and syncs it to disk.
-/// Returns the file's size in bytes.
+pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Result<WrittenPart> {
+    let mut writer = PartWriter::create(table, path)?;
+    writer.write(batch)?;
+    writer.finish()
+}
+
+/// What [`PartWriter::finish`] wrote: the file's size, rows, per-file min/max of the stat
+/// columns ([`column_stats`]) and row ranges of each kind ([`kind_ranges`]).
+#[derive(Debug)]
+pub struct WrittenPart {
+    pub size: u64,
+    pub rows: u64,
+    pub stats: BTreeMap<String, Option<(i64, i64)>>,
+    pub kinds: BTreeMap<String, Vec<(u64, u64)>>,
+}
+
+/// Writes one Parquet part from sorted batches of any size given one after the other, in row
+/// groups of [`ROW_GROUP_ROWS`] rows. Each batch is encoded as it comes (a row group's columns
+/// are held encoded, not as Arrow arrays), so a merge that writes small batches holds no more
+/// than the encoded row group.
 ///
-/// A row group's columns are encoded in parallel (rayon): when its caller writes several
-/// parts at once, a core whose parts are done helps encode the columns of the last one
-/// instead of waiting for it.
-pub fn write_parquet(table: TableKind, path: &Path, batch: &RecordBatch) -> Result<u64> {
-    let file = File::create(path).map_err(Error::io(path))?;
-    let props = writer_properties(table, batch);
-    let schema = batch.schema();
-    // Made by an `ArrowWriter`, so that the file carries the Arrow schema like any other.
-    let (mut writer, columns) = ArrowWriter::try_new(
-        BufWriter::with_capacity(1 << 20, file),
-        schema.clone(),
-        Some(props),
-    )?
-    .into_serialized_writer()?;
-    // Row-group sized slices, so that no more than one row group is held encoded.
-    let starts = (0..batch.num_rows()).step_by(ROW_GROUP_ROWS);
-    for (row_group, offset) in starts.enumerate() {
-        let len = ROW_GROUP_ROWS.min(batch.num_rows() - offset);
-        let slice = batch.slice(offset, len);
-        // One leaf column per field: the schemas are flat.
-        let chunks = columns
-            .create_column_writers(row_group)?
+/// A batch's columns are encoded in parallel (rayon): when its caller writes several parts at
+/// once, a core whose parts are done helps encode the columns of the last one instead of
+/// waiting for it.
+pub struct PartWriter {
+    table: TableKind,
+    path: std::path::PathBuf,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+    file: SerializedFileWriter<BufWriter<File>>,
+    columns: ArrowRowGroupWriterFactory,
+    /// The column writers of the row group being written, and its rows so far.
+    open: Option<(Vec<ArrowColumnWriter>, usize)>,
+    row_groups: usize,
+    rows: u64,
+    stats: BTreeMap<String, Option<(i64, i64)>>,
+    kinds: KindRanges,
+}
+
+impl PartWriter {
+    /// Creates the file at `path` (with the table's file schema).
+    pub fn create(table: TableKind, path: &Path) -> Result<PartWriter> {
+        let file = File::create(path).map_err(Error::io(path))?;
+        let schema = table.file_schema();
+        let props = writer_properties(table, &schema);
+        // Made by an `ArrowWriter`, so that the file carries the Arrow schema like any other.
+        let (file, columns) = ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            schema.clone(),
+            Some(props),
+        )?
+        .into_serialized_writer()?;
+        Ok(PartWriter {
+            table,
+            path: path.to_path_buf(),
+            schema,
+            file,
+            columns,
+            open: None,
+            row_groups: 0,
+            rows: 0,
+            stats: BTreeMap::new(),
+            kinds: KindRanges::default(),
+        })
+    }
+
+    /// Appends the rows of `batch` (which follow the rows written before in sort order).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        check_schema(self.table, batch)?;
+        merge_stats(&mut self.stats, column_stats(self.table, batch));
+        self.kinds.add(batch);
+        self.rows += batch.num_rows() as u64;
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let (mut writers, rows) = match self.open.take() {
+                Some(open) => open,
+                None => (self.columns.create_column_writers(self.row_groups)?, 0),
+            };
+            let len = (ROW_GROUP_ROWS - rows).min(batch.num_rows() - offset);
+            let slice = batch.slice(offset, len);
+            // One leaf column per field: the schemas are flat.
+            writers
+                .par_iter_mut()
+                .zip(
+                    slice
+                        .columns()
+                        .par_iter()
+                        .zip(self.schema.fields().par_iter()),
+                )
+                .with_max_len(1)
+                .try_for_each(|(column, (array, field))| {
+                    for leaf in compute_leaves(field, array)? {
+                        column.write(&leaf)?;
+                    }
+                    Ok::<_, datafusion::parquet::errors::ParquetError>(())
+                })?;
+            offset += len;
+            self.open = Some((writers, rows + len));
+            if rows + len == ROW_GROUP_ROWS {
+                self.close_row_group()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn close_row_group(&mut self) -> Result<()> {
+        let Some((writers, _)) = self.open.take() else {
+            return Ok(());
+        };
+        let chunks = writers
             .into_par_iter()
-            .zip(slice.columns().par_iter().zip(schema.fields().par_iter()))
             .with_max_len(1)
-            .map(|(mut column, (array, field))| {
-                for leaf in compute_leaves(field, array)? {
-                    column.write(&leaf)?;
-                }
-                column.close()
-            })
+            .map(|column| column.close())
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let mut group = writer.next_row_group()?;
+        let mut group = self.file.next_row_group()?;
         for chunk in chunks {
             chunk.append_to_row_group(&mut group)?;
         }
         group.close()?;
+        self.row_groups += 1;
+        Ok(())
     }
-    let buf = writer.into_inner()?;
-    let file = buf.into_inner().map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        error: e.into_error(),
-    })?;
-    file.sync_all().map_err(Error::io(path))?;
-    let size = file.metadata().map_err(Error::io(path))?.len();
-    Ok(size)
+
+    /// Closes the last row group and the file, and syncs it to disk.
+    pub fn finish(mut self) -> Result<WrittenPart> {
+        self.close_row_group()?;
+        let path = self.path;
+        let buf = self.file.into_inner()?;
+        let file = buf.into_inner().map_err(|e| Error::Io {
+            path: path.clone(),
+            error: e.into_error(),
+        })?;
+        file.sync_all().map_err(Error::io(&path))?;
+        let size = file.metadata().map_err(Error::io(&path))?.len();
+        Ok(WrittenPart {
+            size,
+            rows: self.rows,
+            stats: self.stats,
+            kinds: self.kinds.finish(),
+        })
+    }
 }
 
-/// Reads a part of `table` back as batches of the table's file schema (compaction). Parts
-/// written before a text column became a dictionary (`op`, `scope`) read as dictionaries too.
-pub fn read_parquet(table: TableKind, path: &Path) -> Result<Vec<RecordBatch>> {
+/// Folds the min/max of one batch into those of the batches before it.
+fn merge_stats(
+    into: &mut BTreeMap<String, Option<(i64, i64)>>,
+    from: BTreeMap<String, Option<(i64, i64)>>,
+) {
+    for (name, minmax) in from {
+        let entry = into.entry(name).or_insert(None);
+        *entry = match (*entry, minmax) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// Sorted batches of a part read one at a time, `batch_rows` rows each (the last fewer).
+/// Parts written before a text column became a dictionary (`op`, `scope`) read as
+/// dictionaries too.
+pub fn read_parquet_batches(
+    table: TableKind,
+    path: &Path,
+    batch_rows: usize,
+) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
     use datafusion::parquet::arrow::arrow_reader::{
         ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
     };
     let file = File::open(path).map_err(Error::io(path))?;
     let options = ArrowReaderOptions::new().with_schema(table.file_schema());
     let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)?
-        .with_batch_size(64 * 1024)
+        .with_batch_size(batch_rows)
         .build()?;
-    let mut out = Vec::new();
-    for b in reader {
-        out.push(b?);
-    }
-    Ok(out)
+    Ok(reader.map(|b| b.map_err(Error::from)))
+}
+
+/// Reads a part of `table` back as batches of the table's file schema, all at once.
+pub fn read_parquet(table: TableKind, path: &Path) -> Result<Vec<RecordBatch>> {
+    read_parquet_batches(table, path, 64 * 1024)?.collect()
 }
 
 #[cfg(test)]

@@ -277,6 +277,20 @@ pub struct StagedFile {
     pub kinds: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
+impl StagedFile {
+    fn new(table: TableKind, seq: u64, staged_path: PathBuf, written: part::WrittenPart) -> Self {
+        StagedFile {
+            table,
+            seq,
+            staged_path,
+            size: written.size,
+            rows: written.rows,
+            stats: written.stats,
+            kinds: written.kinds,
+        }
+    }
+}
+
 /// How a commit treats a run that already exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutMode {
@@ -326,16 +340,8 @@ impl StoreWriter {
         let sorted = part::sort_batches(table, batches)?;
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
-        let size = part::write_parquet(table, &staged_path, &sorted)?;
-        Ok(StagedFile {
-            table,
-            seq,
-            staged_path,
-            size,
-            rows: sorted.num_rows() as u64,
-            stats: part::column_stats(table, &sorted),
-            kinds: part::kind_ranges(&sorted),
-        })
+        let written = part::write_parquet(table, &staged_path, &sorted)?;
+        Ok(StagedFile::new(table, seq, staged_path, written))
     }
 
     /// Stages a hard link to a file of this writer's version (same rows, no copy), so that a
@@ -469,89 +475,6 @@ impl StoreWriter {
             sync_dir(dir)?;
         }
         Ok(files)
-    }
-
-    /// Merges the small parts (under [`SMALL_PART_ROWS`] rows) of each table of `run` into
-    /// sorted parts of up to [`COMPACTED_PART_ROWS`] rows, in one commit. The rows are the
-    /// same, so every query answers the same; readers of the previous version keep reading
-    /// its files, which are deleted after the grace period. Returns the number of files
-    /// merged away (0 when there was nothing to merge).
-    pub fn compact_run(&mut self, run: &RunId) -> Result<usize> {
-        let entry = self
-            .base
-            .runs
-            .get(run)
-            .ok_or_else(|| Error::UnknownRun(run.to_string()))?
-            .clone();
-        let mut staged = Vec::new();
-        let mut merged: HashSet<String> = HashSet::new();
-        for table in TableKind::ALL {
-            let small: Vec<&FileEntry> = entry
-                .files
-                .iter()
-                .filter(|f| f.table == table && f.rows < SMALL_PART_ROWS)
-                .collect();
-            if small.len() < 2 {
-                continue;
-            }
-            // Groups of consecutive small files up to COMPACTED_PART_ROWS rows each: memory
-            // stays bounded whatever the number of parts.
-            let mut groups: Vec<Vec<&FileEntry>> = vec![Vec::new()];
-            let mut rows = 0;
-            for f in small {
-                if rows + f.rows > COMPACTED_PART_ROWS
-                    && !groups.last().expect("a group").is_empty()
-                {
-                    groups.push(Vec::new());
-                    rows = 0;
-                }
-                rows += f.rows;
-                groups.last_mut().expect("a group").push(f);
-            }
-            for group in groups.into_iter().filter(|g| g.len() > 1) {
-                let mut batches = Vec::new();
-                for f in &group {
-                    batches.extend(part::read_parquet(
-                        table,
-                        &self.store.file_path(&self.base, &f.path),
-                    )?);
-                }
-                staged.push(self.write_part(table, batches)?);
-                merged.extend(group.iter().map(|f| f.path.clone()));
-            }
-        }
-        if merged.is_empty() {
-            return Ok(0);
-        }
-        let mut next = self.base.clone();
-        let placed = self.place(run, staged)?;
-        let entry = next.runs.get_mut(run).expect("run checked above");
-        entry.files.retain(|f| !merged.contains(&f.path));
-        entry.files.extend(placed);
-        let n = merged.len();
-        self.commit(next, merged.into_iter().collect())?;
-        Ok(n)
-    }
-
-    /// Compacts `run` when it has more than [`AUTO_COMPACT_PARTS`] parts under
-    /// [`TINY_PART_ROWS`] rows in a table (e.g. after many appends of one step each).
-    pub fn compact_if_fragmented(&mut self, run: &RunId) -> Result<usize> {
-        let Some(entry) = self.base.runs.get(run) else {
-            return Ok(0);
-        };
-        let fragmented = TableKind::ALL.iter().any(|t| {
-            entry
-                .files
-                .iter()
-                .filter(|f| f.table == *t && f.rows < TINY_PART_ROWS)
-                .count()
-                > AUTO_COMPACT_PARTS
-        });
-        if fragmented {
-            self.compact_run(run)
-        } else {
-            Ok(0)
-        }
     }
 
     /// Removes a run from the next version; its files are deleted after a grace period.
@@ -798,6 +721,7 @@ fn sweep(base: &Path, keep: &dyn Fn(&str) -> bool) -> HashSet<String> {
     kept
 }
 
+mod compact;
 pub mod doctor;
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,7 @@ fn run(name: &str) -> RunId {
     RunId::new(name).unwrap()
 }
 
-fn meta(hash: &str) -> RunMeta {
+pub(super) fn meta(hash: &str) -> RunMeta {
     RunMeta {
         format: "test".into(),
         sources: vec![crate::manifest::SourceFile {
