@@ -371,8 +371,7 @@ impl TableFunctionImpl for AnalysisFunction {
         let call = self.parse(args.exprs())?;
         let run = RunId::new(call.run.as_str())
             .map_err(|e| DataFusionError::Plan(format!("{}: {e}", self.spec.name)))?;
-        let manifest =
-            gpuq_engine::provider::statement_manifest(&self.store, args.session().config())?;
+        let manifest = crate::tables::statement_manifest(&self.store, args.session().config())?;
         if !manifest.runs.contains_key(&run) {
             return Err(DataFusionError::Plan(format!(
                 "{}: unknown run {run} (see `SELECT run FROM runs`)",

@@ -38,7 +38,7 @@ pub async fn resolve(ctx: &SessionContext, store: &Store, selector: &str) -> Res
     let manifest = {
         let state = ctx.state_ref();
         let state = state.read();
-        gpuq_engine::provider::statement_manifest(store, state.config())?
+        crate::tables::statement_manifest(store, state.config())?
     };
     let as_run = RunId::new(selector).ok();
     let names: Vec<String> = match &as_run {
