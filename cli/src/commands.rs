@@ -250,15 +250,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let checked = async {
                 let store = open_store(&store_path)?;
                 let ctx = gpuq_query::open_session(&store).await?;
-                let opts = history::CheckOptions {
+                let opts = gpuq_query::analyses::history::gate::GateOptions {
                     baseline: &baseline,
                     candidate: &candidate,
                     max_regression,
                     metrics: &metrics,
                     fail_untested,
-                    format,
                 };
-                history::check(&ctx, &store, &opts).await
+                history::check(&ctx, &store, &opts, format).await
             };
             match checked.await {
                 Ok(code) => Ok(code),
@@ -654,7 +653,7 @@ async fn runs(
         Some(RunsAction::Rm { run, yes }) => {
             // A run name, or a selector (a condition on the runs table) for several at once.
             let ctx = gpuq_query::open_session(store).await?;
-            let runs = gpuq_query::analyses::selector::resolve(&ctx, store, &run).await?;
+            let runs = gpuq_query::analyses::history::selector::resolve(&ctx, store, &run).await?;
             let ids = runs
                 .iter()
                 .map(|r| RunId::new(r.run.as_str()))

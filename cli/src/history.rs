@@ -4,15 +4,14 @@ use crate::args::OutputFormat;
 use crate::commands::exit_code;
 use crate::exec::run_sql_text;
 use crate::output::write_batches;
-use anyhow::bail;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::Store;
-use gpuq_query::analyses::compare::{self, Row};
-use gpuq_query::analyses::profile::{Level, SUMMARY_METRICS};
-use gpuq_query::analyses::selector::run_names;
-use gpuq_query::analyses::trend::{self, Metric, Point};
+use gpuq_query::analyses::history::compare::{self, Row};
+use gpuq_query::analyses::history::gate::{gate, GateOptions, GateReport};
+use gpuq_query::analyses::history::profile::Level;
+use gpuq_query::analyses::history::trend::{self, Metric, Point};
 use gpuq_query::analyses::{literal, select_sql};
 use gpuq_query::functions::durations::fmt_dur;
 use std::process::ExitCode;
@@ -219,80 +218,43 @@ pub async fn trend(
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `gpuq check` compares and how it judges.
-pub struct CheckOptions<'a> {
-    /// Selector of the baseline runs (their median is the baseline).
-    pub baseline: &'a str,
-    /// Selector of the runs under test.
-    pub candidate: &'a str,
-    /// Largest accepted regression, in percent (the comparison's threshold).
-    pub max_regression: f64,
-    /// The gated summary metrics.
-    pub metrics: &'a [String],
-    /// Whether a gated metric past the threshold that could not be tested fails the check.
-    pub fail_untested: bool,
-    pub format: OutputFormat,
-}
-
-/// `gpuq check`: exit 1 on a significant regression of a gated metric.
+/// `gpuq check`: exit 1 on a significant regression of a gated metric. The verdict is
+/// [`gate`]'s; this prints it.
 pub async fn check(
     ctx: &SessionContext,
     store: &Store,
-    opts: &CheckOptions<'_>,
+    opts: &GateOptions<'_>,
+    format: OutputFormat,
 ) -> anyhow::Result<ExitCode> {
-    let (baseline, candidate, metrics) = (opts.baseline, opts.candidate, opts.metrics);
-    let (max_regression, fail_untested, format) =
-        (opts.max_regression, opts.fail_untested, opts.format);
-    for m in metrics {
-        if !SUMMARY_METRICS.contains(&m.as_str()) {
-            bail!(
-                "unknown metric {m:?} (one of {})",
-                SUMMARY_METRICS.join(", ")
-            );
-        }
-    }
-    let base_runs = run_names(ctx, store, baseline).await?;
-    let cand_runs = run_names(ctx, store, candidate).await?;
-    let gated_names: Vec<&str> = metrics.iter().map(String::as_str).collect();
-    let summary = compare::compare_runs(
-        ctx,
-        &base_runs,
-        &cand_runs,
-        Level::Summary,
-        &gated_names,
-        max_regression,
-    )
-    .await?;
-    let gated: Vec<&Row> = summary
-        .iter()
-        .filter(|r| r.rank.is_none() && metrics.contains(&r.name))
-        .collect();
-    // An untested change fails only when asked to: without a test, noise cannot be excluded.
-    let regressed =
-        |r: &Row| r.status == "slower" || (fail_untested && r.status == "slower (untested)");
-    let failures: Vec<&&Row> = gated.iter().filter(|r| regressed(r)).collect();
-    let untested: Vec<&&Row> = gated.iter().filter(|r| r.is_untested()).collect();
-    // The kernels behind a regression: only looked up when there is one (the passing path of
-    // a CI gate stays cheap).
-    let kernels = if failures.is_empty() {
-        Vec::new()
+    let report = gate(ctx, store, opts).await?;
+    print_gate(&report, opts, format)?;
+    Ok(if report.pass() {
+        ExitCode::SUCCESS
     } else {
-        compare::compare_runs(
-            ctx,
-            &base_runs,
-            &cand_runs,
-            Level::Kernel,
-            &[],
-            max_regression,
-        )
-        .await?
-    };
-    let evidence: Vec<&Row> = kernels
-        .iter()
-        .filter(|r| r.rank.is_none() && (r.status.starts_with("slower") || r.status == "added"))
-        .take(10)
-        .collect();
-    let pass = failures.is_empty();
+        ExitCode::FAILURE
+    })
+}
+
+/// Prints the gate's verdict: a JSON object for machines, tables and a last PASS / FAIL line
+/// for people.
+fn print_gate(
+    report: &GateReport,
+    opts: &GateOptions<'_>,
+    format: OutputFormat,
+) -> anyhow::Result<()> {
+    let GateReport {
+        baseline_runs: base_runs,
+        candidate_runs: cand_runs,
+        gated,
+        untested,
+        evidence,
+        failures,
+        ..
+    } = report;
+    let (baseline, candidate) = (opts.baseline, opts.candidate);
+    let (max_regression, fail_untested) = (opts.max_regression, opts.fail_untested);
+    let regressed = |r: &Row| report.is_regression(r);
+    let pass = report.pass();
     if format == OutputFormat::Json || format == OutputFormat::Ndjson {
         let row_json = |r: &Row| {
             serde_json::json!({
@@ -351,7 +313,7 @@ pub async fn check(
             &rows,
         )?;
         // What the kernels' evidence counted (and the run-wide shift), where it decided.
-        let judged_by_kernels: Vec<&&Row> = gated
+        let judged_by_kernels: Vec<&Row> = gated
             .iter()
             .filter(|r| r.test == "kernels" && r.status != "unchanged")
             .collect();
@@ -372,7 +334,7 @@ pub async fn check(
                 "they do not fail the check (--fail-untested would)"
             };
             println!("\nmoved past the threshold but could not be tested; {gate}:");
-            for r in &untested {
+            for r in untested {
                 println!("  {}: {}", r.name, r.note.as_deref().unwrap_or("no test"));
             }
         }
@@ -418,15 +380,11 @@ pub async fn check(
             if pass {
                 "PASS: no gated metric regressed significantly beyond the threshold".to_string()
             } else {
-                format!("FAIL: {} gated metric(s) regressed", failures.len())
+                format!("FAIL: {} gated metric(s) regressed", failures)
             }
         );
     }
-    Ok(if pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(())
 }
 
 pub async fn repeat(

@@ -6,8 +6,8 @@
 //! valid condition is an unknown run, and a condition that matches nothing is an error too, so
 //! a typo never compares against an empty side.
 
-use super::data::{collect, strings};
-use super::literal;
+use crate::analyses::data::{collect, strings};
+use crate::analyses::literal;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::{RunId, Store};
