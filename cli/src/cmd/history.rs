@@ -1,8 +1,9 @@
-//! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`.
+//! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`. `check` prints
+//! the verdict of [`gpuq_query::analyses::history::gate`]; it does not judge.
 
+use super::analysis::analysis;
 use crate::args::OutputFormat;
-use crate::commands::exit_code;
-use crate::exec::run_sql_text;
+use crate::exec::{exit_code, one_line, open_store, run_sql_text};
 use crate::output::write_batches;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
@@ -14,6 +15,7 @@ use gpuq_query::analyses::history::profile::Level;
 use gpuq_query::analyses::history::trend::{self, Metric, Point};
 use gpuq_query::analyses::{literal, select_sql};
 use gpuq_query::functions::durations::fmt_dur;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -65,7 +67,7 @@ fn p_text(p: Option<f64>) -> String {
 }
 
 /// `gpuq diff A B`: the summary metrics, then the changed keys of the level.
-pub async fn diff(
+pub(super) async fn diff(
     ctx: &SessionContext,
     a: &str,
     b: &str,
@@ -133,7 +135,7 @@ pub async fn diff(
 const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// A terminal sparkline of `values` (missing values as spaces).
-pub fn sparkline(values: &[Option<f64>]) -> String {
+fn sparkline(values: &[Option<f64>]) -> String {
     let present: Vec<f64> = values.iter().flatten().copied().collect();
     let (lo, hi) = present
         .iter()
@@ -150,7 +152,7 @@ pub fn sparkline(values: &[Option<f64>]) -> String {
         .collect()
 }
 
-pub async fn trend(
+pub(super) async fn trend(
     ctx: &SessionContext,
     store: &Store,
     selector: &str,
@@ -218,21 +220,28 @@ pub async fn trend(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `gpuq check`: exit 1 on a significant regression of a gated metric. The verdict is
-/// [`gate`]'s; this prints it.
-pub async fn check(
-    ctx: &SessionContext,
-    store: &Store,
+/// `gpuq check`: exit 1 on a significant regression of a gated metric; a check that could
+/// not run exits 2, so CI can tell them apart. The verdict is [`gate`]'s; this prints it.
+pub(super) async fn check(
+    store_path: &Path,
     opts: &GateOptions<'_>,
     format: OutputFormat,
 ) -> anyhow::Result<ExitCode> {
-    let report = gate(ctx, store, opts).await?;
-    print_gate(&report, opts, format)?;
-    Ok(if report.pass() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let checked = async {
+        let store = open_store(store_path)?;
+        let ctx = gpuq_query::open_session(&store).await?;
+        let report = gate(&ctx, &store, opts).await?;
+        print_gate(&report, opts, format)?;
+        anyhow::Ok(report.pass())
+    };
+    match checked.await {
+        Ok(true) => Ok(ExitCode::SUCCESS),
+        Ok(false) => Ok(ExitCode::FAILURE),
+        Err(e) => {
+            eprintln!("gpuq: error: {}", one_line(&format!("{e:#}")));
+            Ok(ExitCode::from(2))
+        }
+    }
 }
 
 /// Prints the gate's verdict: a JSON object for machines, tables and a last PASS / FAIL line
@@ -387,7 +396,7 @@ fn print_gate(
     Ok(())
 }
 
-pub async fn repeat(
+pub(super) async fn repeat(
     ctx: &SessionContext,
     selector: &str,
     top: usize,
@@ -409,7 +418,16 @@ pub async fn repeat(
     Ok(exit_code(failed))
 }
 
-pub fn skew_sql(run: &str, format: OutputFormat) -> String {
+/// `gpuq skew`: per collective, the start and end skew across ranks and the straggler rank.
+pub(super) async fn skew(
+    store_path: &Path,
+    run: &str,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    analysis(store_path, run, &skew_sql(run, format), format).await
+}
+
+fn skew_sql(run: &str, format: OutputFormat) -> String {
     let sql = select_sql("collective_skew", run, &[]);
     if format == OutputFormat::Table {
         format!(
