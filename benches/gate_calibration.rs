@@ -1,5 +1,5 @@
 //! Calibration of the regression gate: false alarms and power of `compare`'s kernel tests over
-//! generated pairs of runs (per-instance samples, see `gpuq_query::analyses::gate_sim`).
+//! generated pairs of runs (per-instance samples, see `gpuq_query::analyses::history::gate_sim`).
 //!
 //! `cargo run --release -p gpuq-query --example gate_calibration [PAIRS]` (default 250 pairs a
 //! scenario). Each pair is two runs of 64 kernels (1 to 169 instances per step, ±5 % uniform
@@ -16,15 +16,15 @@
 //!
 //! Without steps, a run's instances share one factor (its only "step"): "noisy steps" and "one
 //! slow step" are then a run-wide shift of b, which `compare` measures and judges each kernel
-//! against (`gpuq_query::analyses::run_shift`).
+//! against (`gpuq_query::analyses::history::run_shift`).
 //!
 //! The exit status is 1 when a requirement fails: false alarms ≤ 1 % of kernels in every null
 //! scenario, whatever the steps, power ≥ 95 % for +10 % with 3 steps a side (kernels of 8
 //! instances a step or more).
 
-use gpuq_query::analyses::compare::{compare, DEFAULT_THRESHOLD_PCT};
-use gpuq_query::analyses::gate_sim::{sim_run, Change, SimConfig};
-use gpuq_query::analyses::profile::Level;
+use gpuq_query::analyses::history::compare::{compare, DEFAULT_THRESHOLD_PCT};
+use gpuq_query::analyses::history::gate_sim::{sim_run, Change, SimConfig};
+use gpuq_query::analyses::history::profile::Level;
 use std::time::Instant;
 
 const KERNELS: usize = 64;

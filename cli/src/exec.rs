@@ -1,7 +1,10 @@
-//! Running SQL text: statements split by the SQL parser, executed one by one.
+//! Running SQL text: statements split by the SQL parser, executed one by one. Also what every
+//! command shares before and after it runs: the store opened with its lock timeout, a session
+//! over it, the user's kernel class rules, the exit status.
 
 use crate::args::{MaxRows, OutputFormat};
 use crate::output::{self, Expanded, Layout};
+use anyhow::Context;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
@@ -12,9 +15,13 @@ use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer};
+use gpuq_engine::Store;
 use std::borrow::Cow;
 use std::io::Write;
-use std::time::Instant;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// What `gpuq runs` and `\\runs` show.
 pub const RUNS_SQL: &str =
@@ -223,6 +230,60 @@ fn head(batches: &[RecordBatch], mut n: usize) -> Vec<RecordBatch> {
         n -= take;
     }
     kept
+}
+
+/// Exit status of a command that ran `failures` failing statements.
+pub fn exit_code(failures: usize) -> ExitCode {
+    if failures > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `--lock-timeout` / `GPUQ_LOCK_TIMEOUT`, when given: how long writers wait for the lock.
+static LOCK_TIMEOUT: OnceLock<Option<Duration>> = OnceLock::new();
+
+/// Sets how long writers wait for another writer's lock (`None`: for ever), once per process.
+pub fn set_lock_timeout(timeout: Option<Duration>) {
+    let _ = LOCK_TIMEOUT.set(timeout);
+}
+
+/// The store at `path`, its writers waiting for the lock as `--lock-timeout` says.
+pub fn open_store(path: &Path) -> anyhow::Result<Store> {
+    let store = Store::open(path)
+        .with_context(|| format!("cannot open the store at {}", path.display()))?;
+    Ok(match LOCK_TIMEOUT.get() {
+        Some(&t) => store.with_lock_timeout(t),
+        None => store,
+    })
+}
+
+/// The store at `path` and a session over it.
+pub async fn open_session(path: &Path) -> anyhow::Result<(Store, SessionContext)> {
+    let store = open_store(path)?;
+    let ctx = gpuq_query::open_session(&store).await?;
+    Ok((store, ctx))
+}
+
+/// The store's rules file of kernel classes, used when `--classes` is not given.
+const CLASS_RULES_FILE: &str = "kernel_classes.txt";
+
+/// Installs the user's kernel class rules: `--classes FILE`, else the store's rules file if it
+/// exists. An unreadable or invalid file is an error naming the file and line.
+pub fn load_class_rules(flag: Option<&Path>, store: &Path) -> anyhow::Result<()> {
+    let in_store = store.join(CLASS_RULES_FILE);
+    let path = match flag {
+        Some(p) => p.to_path_buf(),
+        None if in_store.is_file() => in_store,
+        None => return Ok(()),
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the class rules {}", path.display()))?;
+    let rules = gpuq_query::functions::kernel_class::ClassRules::parse(&text)
+        .with_context(|| format!("invalid class rules {}", path.display()))?;
+    gpuq_query::functions::kernel_class::install_user_rules(rules);
+    Ok(())
 }
 
 #[cfg(test)]

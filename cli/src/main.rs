@@ -1,13 +1,12 @@
-//! The `gpuq` binary: argument parsing and dispatch. Every command lives in [`commands`].
+//! The `gpuq` binary: argument parsing and dispatch. Every command lives in [`cmd`].
 
 mod args;
 mod cancel;
-mod commands;
+mod cmd;
 mod complete;
 mod doctor;
 mod exec;
 mod fit;
-mod history;
 mod meta;
 mod output;
 mod repl;
@@ -65,7 +64,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(cmd::run(cli)) {
         Ok(code) => code,
         Err(e) => {
             // Errors name the files they concern: their paths may hold secrets too.

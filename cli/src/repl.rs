@@ -323,9 +323,9 @@ pub fn table_functions(ctx: &SessionContext) -> Vec<TableFunctionInfo> {
         .into_iter()
         .map(|s| (s.name, (s.schema)()))
         .collect();
-    schemas.push(("compare", analyses::compare::schema()));
-    schemas.push(("trend", analyses::trend::schema()));
-    schemas.push(("repeatability", analyses::repeatability::schema()));
+    schemas.push(("compare", analyses::history::compare::schema()));
+    schemas.push(("trend", analyses::history::trend::schema()));
+    schemas.push(("repeatability", analyses::history::repeatability::schema()));
     let mut out: Vec<TableFunctionInfo> = state
         .table_functions()
         .iter()

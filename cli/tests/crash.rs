@@ -6,22 +6,11 @@
 
 mod common;
 
-use common::{gpuq, ok, stderr};
+use common::{generate, gpuq, ok};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn generate(dir: &Path, name: &str, bytes: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", path.to_str().unwrap()])
-        .args(["--bytes", &bytes.to_string(), "--seed", &seed.to_string()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    path
-}
 
 /// Rows of `events` per run, and what the `runs` table says each run has.
 fn counts(store: &Path) -> BTreeMap<String, (u64, u64)> {

@@ -8,31 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{gpuq, ok, stderr};
-
-/// A small Kineto trace: `n` launches and their kernels.
-fn kineto_trace(dir: &Path, name: &str, n: usize) -> PathBuf {
-    let mut events = Vec::new();
-    for i in 0..n as i64 {
-        let ts = 1_700_000_000_000_000 + i * 1000;
-        events.push(format!(
-            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {ts}, "dur": 5, "args": {{"correlation": {c}}}}}"#,
-            c = i + 1
-        ));
-        events.push(format!(
-            r#"{{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": {}, "dur": 100, "args": {{"device": 0, "stream": 7, "correlation": {c}}}}}"#,
-            ts + 10,
-            c = i + 1
-        ));
-    }
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n")),
-    )
-    .unwrap();
-    path
-}
+use common::{gpuq, kineto_launches, ok, stderr};
 
 fn run_count(store: &Path) -> usize {
     ok(
@@ -53,7 +29,7 @@ fn run_count(store: &Path) -> usize {
 fn a_writer_waiting_for_the_store_lock_says_so_and_gives_up_in_time() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let trace = kineto_trace(dir.path(), "t.json", 3);
+    let trace = kineto_launches(dir.path(), "t.json", 3, None, 1_700_000_000_000_000);
     let trace = trace.to_str().unwrap();
     ok(&store, &["ingest", "-q", trace, "--run", "first"]);
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{gpuq, ok, stderr, stdout};
+use common::{gpuq, kineto_launches, ok, stderr, stdout};
 
 fn query_csv(store: &Path, sql: &str) -> String {
     ok(store, &["query", "--format", "csv", sql])
@@ -15,44 +15,13 @@ fn query_csv(store: &Path, sql: &str) -> String {
 
 /// `gpuq generate` of a small trace (rank 0 of 8, epoch clock).
 fn generate(dir: &Path, name: &str, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(["generate", path.to_str().unwrap(), "--bytes", "300000"])
-        .args(["--seed", &seed.to_string()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    path
+    common::generate(dir, name, 300_000, seed)
 }
 
-/// A tiny Kineto trace: one launch and its kernel per step, starting at `start_us` (epoch
+/// A tiny Kineto trace: four launches and their kernels from `start_us` (epoch
 /// microseconds), declaring `rank` if given.
 fn tiny_trace(dir: &Path, name: &str, rank: Option<i32>, start_us: i64) -> PathBuf {
-    let mut events = Vec::new();
-    for i in 0..4i64 {
-        let ts = start_us + i * 1000;
-        events.push(format!(
-            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {ts}, "dur": 5, "args": {{"correlation": {c}}}}}"#,
-            c = i + 1
-        ));
-        events.push(format!(
-            r#"{{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": {}, "dur": 100, "args": {{"device": 0, "stream": 7, "correlation": {c}}}}}"#,
-            ts + 10,
-            c = i + 1
-        ));
-    }
-    let dist = rank
-        .map(|r| {
-            format!(r#""distributedInfo": {{"backend": "nccl", "rank": {r}, "world_size": 8}}, "#)
-        })
-        .unwrap_or_default();
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(r#"{{{dist}"traceEvents": [{}]}}"#, events.join(",\n")),
-    )
-    .unwrap();
-    path
+    kineto_launches(dir, name, 4, rank, start_us)
 }
 
 fn run_names(store: &Path) -> Vec<String> {

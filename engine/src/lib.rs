@@ -23,13 +23,13 @@
 //! right after its manifest (a writer that crashed in between leaves it to the next writer).
 //!
 //! The engine knows nothing of trace formats: adapters hand it canonical Arrow batches
-//! ([`schema::events_schema`]) and the query layer reads it through [`provider::ManifestTable`].
+//! ([`schema::events_schema`]) and the query layer reads it through its table providers
+//! (`gpuq_query::tables`); the engine holds no DataFusion execution code.
 
 pub mod error;
 pub mod manifest;
 pub mod part;
 pub mod paths;
-pub mod provider;
 pub mod run_id;
 pub mod schema;
 pub mod store;

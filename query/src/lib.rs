@@ -1,7 +1,7 @@
 //! gpuq's query layer: a DataFusion session over a store.
 //!
 //! [`open_session`] registers the canonical `events` and `counters` tables (manifest-driven
-//! scans, see [`gpuq_engine::provider`]), the `runs` catalog, and views per event kind:
+//! scans, see [`tables`]), the `runs` catalog, and views per event kind:
 //!
 //! | view | rows of `events` |
 //! |---|---|
@@ -17,6 +17,7 @@ pub mod dict_agg;
 pub mod functions;
 pub mod pin;
 pub mod policy;
+pub mod tables;
 
 pub use pin::pin;
 
@@ -24,10 +25,10 @@ use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
-use gpuq_engine::provider::{ManifestTable, RunsTable};
 use gpuq_engine::schema::TableKind;
 use gpuq_engine::Store;
 use std::sync::Arc;
+use tables::{ManifestTable, RunsTable};
 
 /// Views over `events`: (name, SQL).
 pub const VIEWS: &[(&str, &str)] = &[

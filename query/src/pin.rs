@@ -8,6 +8,7 @@
 //! statements themselves (the shell), so that a table function's run check sees the same
 //! version too. A version already pinned is kept: an analysis's queries read its caller's.
 
+use crate::tables::PinnedManifest;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::error::{DataFusionError, Result};
@@ -15,7 +16,6 @@ use datafusion::execution::context::{QueryPlanner, SessionState};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
-use gpuq_engine::provider::PinnedManifest;
 use gpuq_engine::Store;
 use std::sync::Arc;
 
@@ -70,12 +70,12 @@ impl QueryPlanner for PinningPlanner {
 mod tests {
     use super::*;
     use crate::open_session;
+    use crate::tables::{ManifestTable, RunsTable};
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
     use datafusion::catalog::TableProvider;
     use datafusion::execution::context::SessionContext;
     use datafusion::logical_expr::{Expr, TableType};
-    use gpuq_engine::provider::{ManifestTable, RunsTable};
     use gpuq_engine::schema::TableKind;
     use gpuq_engine::RunId;
     use gpuq_ingest::synth::{write_kineto, SynthConfig};

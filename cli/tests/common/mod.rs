@@ -72,3 +72,89 @@ pub fn shell_output(store: &Path, args: &[&str], input: &str) -> Output {
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// `gpuq generate` of a Kineto trace of about `bytes` bytes at `dir/name`.
+pub fn generate(dir: &Path, name: &str, bytes: u64, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "generate",
+            path.to_str().unwrap(),
+            "--bytes",
+            &bytes.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    path
+}
+
+/// A store under `dir` holding the small generated Nsight Systems export as run `r`.
+pub fn store_with_nsys_run(dir: &Path) -> PathBuf {
+    let store = dir.join("store");
+    let nsys = dir.join("r.sqlite");
+    generate_nsys(&nsys);
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", nsys.to_str().unwrap(), "--run", "r"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    store
+}
+
+/// A Kineto trace with one kernel of each name given, 10 µs each, one after another.
+pub fn kineto_with_kernels(path: &Path, names: &[&str]) {
+    let events: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                r#"{{"ph": "X", "cat": "kernel", "name": "{n}", "pid": 0, "tid": 7, "ts": {}, "dur": 10, "args": {{"device": 0, "stream": 7}}}}"#,
+                100 + 20 * i
+            )
+        })
+        .collect();
+    std::fs::write(
+        path,
+        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n")),
+    )
+    .unwrap();
+}
+
+/// A small Kineto trace at `dir/name`: `launches` launches of a `gemm` kernel, one per
+/// millisecond from `start_us` (epoch microseconds), declaring `rank` if given.
+pub fn kineto_launches(
+    dir: &Path,
+    name: &str,
+    launches: usize,
+    rank: Option<i32>,
+    start_us: i64,
+) -> PathBuf {
+    let mut events = Vec::new();
+    for i in 0..launches as i64 {
+        let ts = start_us + i * 1000;
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {ts}, "dur": 5, "args": {{"correlation": {c}}}}}"#,
+            c = i + 1
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": {}, "dur": 100, "args": {{"device": 0, "stream": 7, "correlation": {c}}}}}"#,
+            ts + 10,
+            c = i + 1
+        ));
+    }
+    let dist = rank
+        .map(|r| {
+            format!(r#""distributedInfo": {{"backend": "nccl", "rank": {r}, "world_size": 8}}, "#)
+        })
+        .unwrap_or_default();
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(r#"{{{dist}"traceEvents": [{}]}}"#, events.join(",\n")),
+    )
+    .unwrap();
+    path
+}

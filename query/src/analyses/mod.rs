@@ -6,16 +6,16 @@
 //! | `top_kernels(run [, n] [, steps])` | per kernel name | [`top`] (Nsight Systems' `cuda_gpu_kern_sum`) |
 //! | `gpu_gaps(run [, min_gap_ns])` | per idle interval of a device | [`gaps`] (nsys `gpu_gaps`, with causes) |
 //! | `stream_gaps(run [, min_gap_ns])` | per idle interval of a stream | [`gaps`] (HTA's idle time breakdown) |
-//! | `gpu_util(run [, chunks [, threshold_pct]])` | per time chunk of a device | [`util`] (nsys `gpu_time_util`) |
+//! | `gpu_util(run [, chunks [, threshold_pct]])` | per time chunk of a device | [`gpu_util`] (nsys `gpu_time_util`) |
 //! | `breakdown(run)` | per rank and device | [`breakdown`] |
 //! | `stages(run)`, `step_stats(run)` | per stage / per step | [`stages`] |
 //! | `launch_stats(run)` | per GPU operation | [`launch`] |
 //! | `roofline(run)` | per GEMM-like operator and dtype | [`roofline`] (achieved TFLOP/s, arithmetic intensity, bound) |
 //! | `findings(run)` | per finding | [`findings`] |
 //! | `self_time(run)` | per host range name | [`self_time`] (exclusive time of nested host ranges) |
-//! | `compare(a, b [, level [, threshold_pct]])` | per kernel / op / class / stage / metric | [`compare`] |
-//! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`trend`] |
-//! | `repeatability(selector [, n])` | per kernel over repeated runs | [`repeatability`] |
+//! | `compare(a, b [, level [, threshold_pct]])` | per kernel / op / class / stage / metric | [`history::compare`] |
+//! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`history::trend`] |
+//! | `repeatability(selector [, n])` | per kernel over repeated runs | [`history::repeatability`] |
 //! | `collective_skew(run)` | per collective kernel name | [`skew`] |
 //!
 //! Every analysis but `collective_skew` takes a step range as an optional trailing string
@@ -28,25 +28,18 @@
 //! statement is planned.
 
 pub mod breakdown;
-pub mod compare;
 pub mod data;
 pub mod findings;
 pub mod gaps;
-pub mod gate_sim;
+pub mod gpu_util;
+pub mod history;
 pub(crate) mod intervals;
 pub mod launch;
-pub mod profile;
-pub mod repeatability;
 pub mod roofline;
-pub mod run_shift;
-pub mod selector;
 pub mod self_time;
 pub mod skew;
 pub mod stages;
-pub mod stats;
 pub mod top;
-pub mod trend;
-pub mod util;
 
 pub use top::top_kernels_sql;
 
@@ -220,7 +213,7 @@ pub fn specs() -> Vec<&'static Spec> {
         &top::TOP_KERNELS,
         &gaps::GPU_GAPS,
         &gaps::STREAM_GAPS,
-        &util::GPU_UTIL,
+        &gpu_util::GPU_UTIL,
         &breakdown::BREAKDOWN,
         &stages::STAGES,
         &stages::STEP_STATS,
@@ -246,19 +239,19 @@ pub fn register_all(ctx: &SessionContext, store: &Store) {
     let store = store.clone();
     ctx.register_udtf(
         "compare",
-        Arc::new(compare::CompareFunction {
+        Arc::new(history::compare::CompareFunction {
             store: store.clone(),
         }),
     );
     ctx.register_udtf(
         "trend",
-        Arc::new(trend::TrendFunction {
+        Arc::new(history::trend::TrendFunction {
             store: store.clone(),
         }),
     );
     ctx.register_udtf(
         "repeatability",
-        Arc::new(repeatability::RepeatabilityFunction { store }),
+        Arc::new(history::repeatability::RepeatabilityFunction { store }),
     );
 }
 
@@ -371,8 +364,7 @@ impl TableFunctionImpl for AnalysisFunction {
         let call = self.parse(args.exprs())?;
         let run = RunId::new(call.run.as_str())
             .map_err(|e| DataFusionError::Plan(format!("{}: {e}", self.spec.name)))?;
-        let manifest =
-            gpuq_engine::provider::statement_manifest(&self.store, args.session().config())?;
+        let manifest = crate::tables::statement_manifest(&self.store, args.session().config())?;
         if !manifest.runs.contains_key(&run) {
             return Err(DataFusionError::Plan(format!(
                 "{}: unknown run {run} (see `SELECT run FROM runs`)",
@@ -546,7 +538,5 @@ pub(crate) fn batch(schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<Vec<Rec
     Ok(vec![RecordBatch::try_new(schema, columns)?])
 }
 
-#[cfg(test)]
-mod history_tests;
 #[cfg(test)]
 mod tests;

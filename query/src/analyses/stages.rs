@@ -31,8 +31,8 @@
 //! ```
 
 use super::data::{ranges, steps, walls_with_stages, Names, OpClass, Scope, Timelines};
+use super::history::stats::median_ints as median;
 use super::intervals::{covered, intersect, length, union};
-use super::stats::median_ints as median;
 use super::{batch, Call, Spec};
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,

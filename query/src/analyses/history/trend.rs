@@ -24,7 +24,7 @@ use super::compare::ALPHA;
 use super::profile::{load_profiles, Level, Profile, SUMMARY_METRICS};
 use super::selector::{resolve, RunInfo};
 use super::stats::{mann_whitney, median};
-use super::{FnArgs, LazyTable};
+use crate::analyses::{FnArgs, LazyTable};
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
     TimestampNanosecondArray,

@@ -20,10 +20,10 @@
 //! | `communication` | summed durations of communication kernels (`kernel_class`) |
 //! | `memcpy`, `memset` | summed copy / memset durations |
 
-use super::data::{collect, ints, steps, strings, walls};
-use super::intervals::{intersect, length};
-use super::literal;
-use super::stages::load_stages;
+use crate::analyses::data::{collect, ints, steps, strings, walls};
+use crate::analyses::intervals::{intersect, length};
+use crate::analyses::literal;
+use crate::analyses::stages::load_stages;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

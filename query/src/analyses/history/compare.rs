@@ -56,7 +56,7 @@ use super::selector::run_names;
 use super::stats::{
     holm_tarone, mann_whitney, mann_whitney_min_p, mean, median, median_ints, t_test,
 };
-use super::{FnArgs, LazyTable};
+use crate::analyses::{FnArgs, LazyTable};
 use crate::functions::kernel_class::kernel_class;
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -140,6 +140,38 @@ pub struct Row {
 }
 
 impl Row {
+    /// A key's row before it is judged: both sides' numbers (a, b), no test, `unchanged`.
+    pub(crate) fn unjudged(
+        rank: Option<i32>,
+        name: &str,
+        counts: (i64, i64),
+        totals: (i64, i64),
+        values: (f64, f64),
+        windows: (Option<i64>, Option<i64>),
+    ) -> Row {
+        Row {
+            rank,
+            name: name.to_string(),
+            count_a: counts.0,
+            count_b: counts.1,
+            total_a: totals.0,
+            total_b: totals.1,
+            share_a: None,
+            share_b: None,
+            window_a: windows.0,
+            window_b: windows.1,
+            value_a: values.0,
+            value_b: values.1,
+            typical_ratio: None,
+            run_shift: None,
+            p_value: None,
+            p_adjusted: None,
+            test: "none",
+            status: "unchanged",
+            note: None,
+        }
+    }
+
     pub fn delta(&self) -> i64 {
         (self.value_b - self.value_a).round() as i64
     }
@@ -347,27 +379,14 @@ fn judge(
     per_step: bool,
     threshold_pct: f64,
 ) -> Row {
-    let mut row = Row {
+    let mut row = Row::unjudged(
         rank,
-        name: key.to_string(),
-        count_a: a.count,
-        count_b: b.count,
-        total_a: a.total,
-        total_b: b.total,
-        share_a: None,
-        share_b: None,
-        window_a: a.window,
-        window_b: b.window,
-        value_a: a.value,
-        value_b: b.value,
-        typical_ratio: None,
-        run_shift: None,
-        p_value: None,
-        p_adjusted: None,
-        test: "none",
-        status: "unchanged",
-        note: None,
-    };
+        key,
+        (a.count, b.count),
+        (a.total, b.total),
+        (a.value, b.value),
+        (a.window, b.window),
+    );
     if a.count == 0 {
         row.status = "added";
         return row;

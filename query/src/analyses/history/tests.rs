@@ -404,27 +404,14 @@ fn runs_without_steps_compare_instances_not_what_fell_into_the_window() {
 
 /// A summary row as `compare` makes it: `(count, total)` a side, windows without steps.
 fn summary_row(name: &str, a: (i64, i64), b: (i64, i64), windows: Option<(i64, i64)>) -> Row {
-    Row {
-        rank: None,
-        name: name.into(),
-        count_a: a.0,
-        count_b: b.0,
-        total_a: a.1,
-        total_b: b.1,
-        share_a: None,
-        share_b: None,
-        window_a: windows.map(|w| w.0),
-        window_b: windows.map(|w| w.1),
-        value_a: a.1 as f64,
-        value_b: b.1 as f64,
-        typical_ratio: None,
-        run_shift: None,
-        p_value: None,
-        p_adjusted: None,
-        test: "none",
-        status: "unchanged",
-        note: None,
-    }
+    Row::unjudged(
+        None,
+        name,
+        (a.0, b.0),
+        (a.1, b.1),
+        (a.1 as f64, b.1 as f64),
+        (windows.map(|w| w.0), windows.map(|w| w.1)),
+    )
 }
 
 #[test]
@@ -683,7 +670,7 @@ async fn trend_matches_brute_force_and_finds_the_regression() {
     // Ordered by the numeric tag `i` (run names go the other way).
     let sql = format!(
         "SELECT run, order_key, samples, value, change_point FROM trend('tags[''model''] = ''llama''', {}, 'i')",
-        super::literal(&metric)
+        crate::analyses::literal(&metric)
     );
     let got = rows(&ctx, &sql).await;
     assert_eq!(got.len(), 10);
@@ -696,7 +683,7 @@ async fn trend_matches_brute_force_and_finds_the_regression() {
             &format!(
                 "SELECT sum(dur) AS t FROM kernels WHERE run = '{}' AND name = {} AND step IS NOT NULL GROUP BY step",
                 r["run"],
-                super::literal(&fc1_name())
+                crate::analyses::literal(&fc1_name())
             ),
         )
         .await;
@@ -807,7 +794,7 @@ async fn multi_rank_runs_compare_per_rank_and_collectives_show_their_straggler()
         &ctx,
         &format!(
             "SELECT rank, status, count_a FROM compare('a', 'b') WHERE name = {} ORDER BY rank NULLS FIRST",
-            super::literal(&fc1_name())
+            crate::analyses::literal(&fc1_name())
         ),
     )
     .await;
@@ -827,7 +814,7 @@ async fn multi_rank_runs_compare_per_rank_and_collectives_show_their_straggler()
     for s in &skew {
         let sql = format!(
             "SELECT rank, ts, ts + dur AS e FROM kernels WHERE run = 'b' AND name = {} ORDER BY rank, ts",
-            super::literal(&s["name"])
+            crate::analyses::literal(&s["name"])
         );
         let k = rows(&ctx, &sql).await;
         let per_rank = |r: &str| -> Vec<(i64, i64)> {

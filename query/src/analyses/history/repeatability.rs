@@ -13,7 +13,7 @@
 use super::profile::{load_profiles, Level, Profile};
 use super::selector::run_names;
 use super::stats::{cv, kendall_tau, mean};
-use super::{FnArgs, LazyTable};
+use crate::analyses::{FnArgs, LazyTable};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};

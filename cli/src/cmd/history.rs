@@ -1,20 +1,21 @@
-//! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`.
+//! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`. `check` prints
+//! the verdict of [`gpuq_query::analyses::history::gate`]; it does not judge.
 
+use super::analysis::analysis;
 use crate::args::OutputFormat;
-use crate::commands::exit_code;
-use crate::exec::run_sql_text;
+use crate::exec::{exit_code, one_line, open_store, run_sql_text};
 use crate::output::write_batches;
-use anyhow::bail;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::Store;
-use gpuq_query::analyses::compare::{self, Row};
-use gpuq_query::analyses::profile::{Level, SUMMARY_METRICS};
-use gpuq_query::analyses::selector::run_names;
-use gpuq_query::analyses::trend::{self, Metric, Point};
+use gpuq_query::analyses::history::compare::{self, Row};
+use gpuq_query::analyses::history::gate::{gate, GateOptions, GateReport};
+use gpuq_query::analyses::history::profile::Level;
+use gpuq_query::analyses::history::trend::{self, Metric, Point};
 use gpuq_query::analyses::{literal, select_sql};
 use gpuq_query::functions::durations::fmt_dur;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -66,7 +67,7 @@ fn p_text(p: Option<f64>) -> String {
 }
 
 /// `gpuq diff A B`: the summary metrics, then the changed keys of the level.
-pub async fn diff(
+pub(super) async fn diff(
     ctx: &SessionContext,
     a: &str,
     b: &str,
@@ -134,7 +135,7 @@ pub async fn diff(
 const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// A terminal sparkline of `values` (missing values as spaces).
-pub fn sparkline(values: &[Option<f64>]) -> String {
+fn sparkline(values: &[Option<f64>]) -> String {
     let present: Vec<f64> = values.iter().flatten().copied().collect();
     let (lo, hi) = present
         .iter()
@@ -151,7 +152,7 @@ pub fn sparkline(values: &[Option<f64>]) -> String {
         .collect()
 }
 
-pub async fn trend(
+pub(super) async fn trend(
     ctx: &SessionContext,
     store: &Store,
     selector: &str,
@@ -219,80 +220,50 @@ pub async fn trend(
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `gpuq check` compares and how it judges.
-pub struct CheckOptions<'a> {
-    /// Selector of the baseline runs (their median is the baseline).
-    pub baseline: &'a str,
-    /// Selector of the runs under test.
-    pub candidate: &'a str,
-    /// Largest accepted regression, in percent (the comparison's threshold).
-    pub max_regression: f64,
-    /// The gated summary metrics.
-    pub metrics: &'a [String],
-    /// Whether a gated metric past the threshold that could not be tested fails the check.
-    pub fail_untested: bool,
-    pub format: OutputFormat,
-}
-
-/// `gpuq check`: exit 1 on a significant regression of a gated metric.
-pub async fn check(
-    ctx: &SessionContext,
-    store: &Store,
-    opts: &CheckOptions<'_>,
+/// `gpuq check`: exit 1 on a significant regression of a gated metric; a check that could
+/// not run exits 2, so CI can tell them apart. The verdict is [`gate`]'s; this prints it.
+pub(super) async fn check(
+    store_path: &Path,
+    opts: &GateOptions<'_>,
+    format: OutputFormat,
 ) -> anyhow::Result<ExitCode> {
-    let (baseline, candidate, metrics) = (opts.baseline, opts.candidate, opts.metrics);
-    let (max_regression, fail_untested, format) =
-        (opts.max_regression, opts.fail_untested, opts.format);
-    for m in metrics {
-        if !SUMMARY_METRICS.contains(&m.as_str()) {
-            bail!(
-                "unknown metric {m:?} (one of {})",
-                SUMMARY_METRICS.join(", ")
-            );
+    let checked = async {
+        let store = open_store(store_path)?;
+        let ctx = gpuq_query::open_session(&store).await?;
+        let report = gate(&ctx, &store, opts).await?;
+        print_gate(&report, opts, format)?;
+        anyhow::Ok(report.pass())
+    };
+    match checked.await {
+        Ok(true) => Ok(ExitCode::SUCCESS),
+        Ok(false) => Ok(ExitCode::FAILURE),
+        Err(e) => {
+            eprintln!("gpuq: error: {}", one_line(&format!("{e:#}")));
+            Ok(ExitCode::from(2))
         }
     }
-    let base_runs = run_names(ctx, store, baseline).await?;
-    let cand_runs = run_names(ctx, store, candidate).await?;
-    let gated_names: Vec<&str> = metrics.iter().map(String::as_str).collect();
-    let summary = compare::compare_runs(
-        ctx,
-        &base_runs,
-        &cand_runs,
-        Level::Summary,
-        &gated_names,
-        max_regression,
-    )
-    .await?;
-    let gated: Vec<&Row> = summary
-        .iter()
-        .filter(|r| r.rank.is_none() && metrics.contains(&r.name))
-        .collect();
-    // An untested change fails only when asked to: without a test, noise cannot be excluded.
-    let regressed =
-        |r: &Row| r.status == "slower" || (fail_untested && r.status == "slower (untested)");
-    let failures: Vec<&&Row> = gated.iter().filter(|r| regressed(r)).collect();
-    let untested: Vec<&&Row> = gated.iter().filter(|r| r.is_untested()).collect();
-    // The kernels behind a regression: only looked up when there is one (the passing path of
-    // a CI gate stays cheap).
-    let kernels = if failures.is_empty() {
-        Vec::new()
-    } else {
-        compare::compare_runs(
-            ctx,
-            &base_runs,
-            &cand_runs,
-            Level::Kernel,
-            &[],
-            max_regression,
-        )
-        .await?
-    };
-    let evidence: Vec<&Row> = kernels
-        .iter()
-        .filter(|r| r.rank.is_none() && (r.status.starts_with("slower") || r.status == "added"))
-        .take(10)
-        .collect();
-    let pass = failures.is_empty();
+}
+
+/// Prints the gate's verdict: a JSON object for machines, tables and a last PASS / FAIL line
+/// for people.
+fn print_gate(
+    report: &GateReport,
+    opts: &GateOptions<'_>,
+    format: OutputFormat,
+) -> anyhow::Result<()> {
+    let GateReport {
+        baseline_runs: base_runs,
+        candidate_runs: cand_runs,
+        gated,
+        untested,
+        evidence,
+        failures,
+        ..
+    } = report;
+    let (baseline, candidate) = (opts.baseline, opts.candidate);
+    let (max_regression, fail_untested) = (opts.max_regression, opts.fail_untested);
+    let regressed = |r: &Row| report.is_regression(r);
+    let pass = report.pass();
     if format == OutputFormat::Json || format == OutputFormat::Ndjson {
         let row_json = |r: &Row| {
             serde_json::json!({
@@ -351,7 +322,7 @@ pub async fn check(
             &rows,
         )?;
         // What the kernels' evidence counted (and the run-wide shift), where it decided.
-        let judged_by_kernels: Vec<&&Row> = gated
+        let judged_by_kernels: Vec<&Row> = gated
             .iter()
             .filter(|r| r.test == "kernels" && r.status != "unchanged")
             .collect();
@@ -372,7 +343,7 @@ pub async fn check(
                 "they do not fail the check (--fail-untested would)"
             };
             println!("\nmoved past the threshold but could not be tested; {gate}:");
-            for r in &untested {
+            for r in untested {
                 println!("  {}: {}", r.name, r.note.as_deref().unwrap_or("no test"));
             }
         }
@@ -418,18 +389,14 @@ pub async fn check(
             if pass {
                 "PASS: no gated metric regressed significantly beyond the threshold".to_string()
             } else {
-                format!("FAIL: {} gated metric(s) regressed", failures.len())
+                format!("FAIL: {} gated metric(s) regressed", failures)
             }
         );
     }
-    Ok(if pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(())
 }
 
-pub async fn repeat(
+pub(super) async fn repeat(
     ctx: &SessionContext,
     selector: &str,
     top: usize,
@@ -451,7 +418,16 @@ pub async fn repeat(
     Ok(exit_code(failed))
 }
 
-pub fn skew_sql(run: &str, format: OutputFormat) -> String {
+/// `gpuq skew`: per collective, the start and end skew across ranks and the straggler rank.
+pub(super) async fn skew(
+    store_path: &Path,
+    run: &str,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    analysis(store_path, run, &skew_sql(run, format), format).await
+}
+
+fn skew_sql(run: &str, format: OutputFormat) -> String {
     let sql = select_sql("collective_skew", run, &[]);
     if format == OutputFormat::Table {
         format!(

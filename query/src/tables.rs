@@ -8,10 +8,6 @@
 //! the Parquet reader. Each file is checked before it is opened: no symbolic link on its
 //! path, and the size the manifest records.
 
-use crate::manifest::{FileEntry, Manifest};
-use crate::run_id::RunId;
-use crate::schema::{self, TableKind};
-use crate::store::Store;
 use async_trait::async_trait;
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, MapBuilder, RecordBatch, StringArray,
@@ -43,13 +39,17 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
+use gpuq_engine::manifest::{FileEntry, Manifest};
+use gpuq_engine::run_id::RunId;
+use gpuq_engine::schema::{self, TableKind};
+use gpuq_engine::store::Store;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Bytes read from the end of a data file to get its footer and page index in one read.
 const FOOTER_READ_BYTES: usize = 64 * 1024;
 
-fn df_err(e: crate::Error) -> DataFusionError {
+fn df_err(e: gpuq_engine::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
@@ -504,12 +504,12 @@ impl RunsTable {
     /// The whole table as one batch.
     pub fn batch(manifest: &Manifest) -> Result<RecordBatch> {
         let runs: Vec<_> = manifest.runs.iter().collect();
-        let s = |f: &dyn Fn(&crate::manifest::RunEntry) -> Option<String>| -> ArrayRef {
+        let s = |f: &dyn Fn(&gpuq_engine::manifest::RunEntry) -> Option<String>| -> ArrayRef {
             Arc::new(StringArray::from(
                 runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>(),
             ))
         };
-        let i = |f: &dyn Fn(&crate::manifest::RunEntry) -> Option<i64>| -> ArrayRef {
+        let i = |f: &dyn Fn(&gpuq_engine::manifest::RunEntry) -> Option<i64>| -> ArrayRef {
             Arc::new(Int64Array::from(
                 runs.iter().map(|(_, e)| f(e)).collect::<Vec<_>>(),
             ))
@@ -580,7 +580,7 @@ impl RunsTable {
 }
 
 /// `"8x NVIDIA A100-SXM4-80GB"`, or several such parts joined by `, `.
-fn gpu_summary(devices: &[crate::manifest::DeviceInfo]) -> Option<String> {
+fn gpu_summary(devices: &[gpuq_engine::manifest::DeviceInfo]) -> Option<String> {
     let mut counts: Vec<(String, usize)> = Vec::new();
     for d in devices {
         let name = if d.name.is_empty() {

@@ -6,8 +6,8 @@
 //! valid condition is an unknown run, and a condition that matches nothing is an error too, so
 //! a typo never compares against an empty side.
 
-use super::data::{collect, strings};
-use super::literal;
+use crate::analyses::data::{collect, strings};
+use crate::analyses::literal;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::{RunId, Store};
@@ -38,7 +38,7 @@ pub async fn resolve(ctx: &SessionContext, store: &Store, selector: &str) -> Res
     let manifest = {
         let state = ctx.state_ref();
         let state = state.read();
-        gpuq_engine::provider::statement_manifest(store, state.config())?
+        crate::tables::statement_manifest(store, state.config())?
     };
     let as_run = RunId::new(selector).ok();
     let names: Vec<String> = match &as_run {

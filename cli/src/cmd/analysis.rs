@@ -1,0 +1,287 @@
+//! The analysis commands (`gpuq top`, `gaps`, `util`, `breakdown`, `roofline`, `stages`,
+//! `findings`): each prints its table function's rows, through the SQL that formats them
+//! for people when the output is a table.
+
+use crate::args::OutputFormat;
+use crate::exec::{exit_code, open_store, run_sql_text};
+use anyhow::bail;
+use gpuq_engine::RunId;
+use gpuq_query::analyses;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// `gpuq top`: a run's kernels by GPU time.
+pub(super) async fn top(
+    store_path: &Path,
+    run: &str,
+    limit: Option<usize>,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let limit = limit.map(|n| Some(n as i64));
+    let sql = analyses::select_sql_in("top_kernels", run, &[limit.flatten()], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT name, time_pct, fmt_dur(total) AS total, instances, fmt_dur(avg) AS avg, \
+             fmt_dur(med) AS med, fmt_dur(min) AS min, fmt_dur(max) AS max, \
+             fmt_dur(stddev) AS stddev, class, top_op, busy_pct FROM ({sql})"
+        )
+    } else {
+        sql
+    };
+    analysis(store_path, run, &sql, format).await
+}
+
+/// `gpuq gaps`: when the GPUs sat idle and why.
+pub(super) async fn gaps(
+    store_path: &Path,
+    run: &str,
+    min_gap: Option<i64>,
+    limit: Option<usize>,
+    per_stream: bool,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = gaps_sql(run, min_gap, limit, per_stream, steps, format);
+    analysis(store_path, run, &sql, format).await
+}
+
+/// `gpuq util`: GPU utilisation over time.
+pub(super) async fn util(
+    store_path: &Path,
+    run: &str,
+    chunks: i64,
+    threshold: Option<i64>,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("gpu_util", run, &[Some(chunks), threshold], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT rank, pid, device, ts, {}, fmt_dur(dur) AS duration, in_use_pct \
+             FROM ({sql}) CROSS JOIN ({}) ORDER BY rank, pid, device, ts",
+            since_start("ts"),
+            run_start_sql(run)
+        )
+    } else {
+        sql
+    };
+    analysis(store_path, run, &sql, format).await
+}
+
+/// `gpuq breakdown`: per device, where the GPU time went.
+pub(super) async fn breakdown(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("breakdown", run, &[], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT rank, pid, device, fmt_dur(span) AS span, fmt_dur(busy) AS busy, \
+             idle_pct, fmt_dur(compute) AS compute, fmt_dur(comm_exposed) AS exposed_comm, \
+             comm_overlap_pct, fmt_dur(memcpy_exposed) AS exposed_memcpy, \
+             fmt_dur(memset_exposed) AS exposed_memset, fmt_dur(sync) AS sync, \
+             fmt_dur(wall) AS wall, fmt_dur(unaccounted) AS unaccounted FROM ({sql})"
+        )
+    } else {
+        sql
+    };
+    analysis(store_path, run, &sql, format).await
+}
+
+/// `gpuq roofline`: GEMM-like operators against the GPU's roofline, with notes on what is
+/// missing.
+pub(super) async fn roofline(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("roofline", run, &[], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT op, dtype, gpu, instances, fmt_dur(kernel_time) AS kernel_time, \
+             round(tflops, 1) AS tflops, round(intensity, 1) AS flop_per_byte, \
+             round(ridge, 1) AS ridge, bound, round(pct_of_attainable, 1) AS pct_of_roof \
+             FROM ({sql})"
+        )
+    } else {
+        sql
+    };
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, &sql, format, &mut std::io::stdout()).await;
+    roofline_notes(&ctx, run, steps).await?;
+    Ok(exit_code(failed))
+}
+
+/// `gpuq stages`: macro stages and per-step statistics.
+pub(super) async fn stages(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let (stages, steps) = (
+        analyses::select_sql_in("stages", run, &[], steps),
+        analyses::select_sql_in("step_stats", run, &[], steps),
+    );
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT rank, kind, name, instances, fmt_dur(wall) AS wall, share_pct, \
+             fmt_dur(gpu_busy) AS gpu_busy, gpu_busy_pct FROM ({stages}); \
+             SELECT rank, step, ts, {}, fmt_dur(dur) AS duration, \
+             fmt_dur(gpu_busy) AS gpu_busy, idle_pct, kernels, vs_median, top_kernel \
+             FROM ({steps}) CROSS JOIN ({}) ORDER BY rank, step",
+            since_start("ts"),
+            run_start_sql(run)
+        )
+    } else {
+        format!("{stages}; {steps}")
+    };
+    analysis(store_path, run, &sql, format).await
+}
+
+/// Runs an analysis statement over `run`, which must exist.
+pub(super) async fn analysis(
+    store_path: &Path,
+    run: &str,
+    sql: &str,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, sql, format, &mut std::io::stdout()).await;
+    Ok(exit_code(failed))
+}
+
+/// A session over the store, after checking that `run` exists: an analysis of an unknown run
+/// says so instead of printing nothing.
+async fn session_with_run(
+    store_path: &Path,
+    run: &str,
+) -> anyhow::Result<datafusion::execution::context::SessionContext> {
+    let store = open_store(store_path)?;
+    let run = RunId::new(run)?;
+    if !store.manifest()?.runs.contains_key(&run) {
+        bail!("unknown run {run} (see `gpuq runs`)");
+    }
+    Ok(gpuq_query::open_session(&store).await?)
+}
+
+/// `gpuq gaps`: per-cause totals, then the longest gaps (tables); all gaps otherwise.
+fn gaps_sql(
+    run: &str,
+    min_gap: Option<i64>,
+    limit: Option<usize>,
+    per_stream: bool,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> String {
+    let function = if per_stream {
+        "stream_gaps"
+    } else {
+        "gpu_gaps"
+    };
+    let gaps = analyses::select_sql_in(function, run, &[min_gap], steps);
+    let keys = if per_stream {
+        "rank, pid, device, stream"
+    } else {
+        "rank, pid, device"
+    };
+    if format != OutputFormat::Table {
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        return format!("SELECT * FROM ({gaps}) ORDER BY dur DESC, {keys}, ts{limit}");
+    }
+    let detail = if per_stream { "" } else { " detail," };
+    format!(
+        "SELECT {keys}, cause, count(*) AS gaps, fmt_dur(sum(dur)) AS total, \
+           round(100.0 * sum(dur) / sum(sum(dur)) OVER (PARTITION BY {keys}), 1) AS pct_of_idle \
+         FROM ({gaps}) GROUP BY {keys}, cause ORDER BY {keys}, sum(dur) DESC; \
+         SELECT {keys}, ts, {}, fmt_dur(dur) AS duration, cause,{detail} next_name \
+         FROM ({gaps}) CROSS JOIN ({}) ORDER BY dur DESC, {keys}, ts LIMIT {}",
+        since_start("ts"),
+        run_start_sql(run),
+        limit.unwrap_or(20)
+    )
+}
+
+/// One row, `run_start`: where `run`'s offsets count from (its first timestamp).
+fn run_start_sql(run: &str) -> String {
+    format!(
+        "SELECT first_ts AS run_start FROM runs WHERE run = {}",
+        analyses::literal(run)
+    )
+}
+
+/// `since_start`: how far timestamp column `ts` is into the run, in seconds to the microsecond
+/// (`+1.234567 s`), printed beside the absolute value so a moment can be found in a trace
+/// viewer. Integer arithmetic: no rounding of the nanoseconds before the cut.
+fn since_start(ts: &str) -> String {
+    let d = format!("({ts} - run_start)");
+    format!(
+        "CASE WHEN {d} < 0 THEN '-' ELSE '+' END || CAST(abs({d}) / 1000000000 AS VARCHAR) || '.' \
+         || lpad(CAST(abs({d}) % 1000000000 / 1000 AS VARCHAR), 6, '0') || ' s' AS since_start"
+    )
+}
+
+/// Why `gpuq roofline` printed no row or no verdict, and how to fix it (on stderr, so that CSV
+/// and JSON output stay clean).
+async fn roofline_notes(
+    ctx: &datafusion::execution::context::SessionContext,
+    run: &str,
+    steps: Option<&str>,
+) -> anyhow::Result<()> {
+    let range = steps
+        .map(analyses::StepRange::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let scope = analyses::data::Scope::load(ctx, run, range).await?;
+    for note in analyses::roofline::notes(ctx, run, &scope).await? {
+        eprintln!("note: {note}");
+    }
+    Ok(())
+}
+
+/// `gpuq findings`: a numbered list for people; rows for machines.
+pub(super) async fn findings(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("findings", run, &[], steps);
+    if format != OutputFormat::Table {
+        return analysis(store_path, run, &sql, format).await;
+    }
+    let ctx = session_with_run(store_path, run).await?;
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let mut n = 0;
+    for b in &batches {
+        let col = |name: &str| {
+            datafusion::arrow::compute::cast(
+                b.column_by_name(name).expect("findings column"),
+                &datafusion::arrow::datatypes::DataType::Utf8,
+            )
+        };
+        let (sev, title, evidence, action) = (
+            col("severity")?,
+            col("title")?,
+            col("evidence")?,
+            col("action")?,
+        );
+        use datafusion::arrow::array::AsArray;
+        for r in 0..b.num_rows() {
+            n += 1;
+            let s =
+                |c: &datafusion::arrow::array::ArrayRef| c.as_string::<i32>().value(r).to_string();
+            println!("{n}. [{}] {}", s(&sev), s(&title));
+            println!("   evidence: {}", s(&evidence));
+            println!("   action:   {}\n", s(&action));
+        }
+    }
+    if n == 0 {
+        println!("No findings for run {run}: no idle, launch, copy, sync or communication problem crossed its threshold.");
+    }
+    Ok(ExitCode::SUCCESS)
+}

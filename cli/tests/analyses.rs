@@ -1,0 +1,370 @@
+//! The analysis commands through the real binary (`top`, `gaps`, `util`, `breakdown`,
+//! `roofline`, `stages`, `findings`, `demo`): they agree with their SQL, take step ranges and
+//! kernel class rules, and reject bad arguments.
+
+use std::process::{Command, Output};
+
+mod common;
+use common::{gpuq, kineto_with_kernels, query_csv, stderr, stdout, store_with_nsys_run};
+
+#[test]
+fn demo_runs_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuq(dir.path(), &["demo", "--steps", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("stored as run demo"), "{out}");
+    assert!(out.contains("Top kernels"), "{out}");
+    assert!(out.contains("aten::"), "{out}");
+    assert!(
+        out.contains("Where the GPU time went") && out.contains("idle_pct"),
+        "{out}"
+    );
+    assert!(out.contains("Findings"), "{out}");
+    assert!(
+        out.contains("gpuq diff demo demo-pr") && out.contains("step_time"),
+        "{out}"
+    );
+}
+
+#[test]
+fn top_lists_a_runs_kernels_by_time_and_rejects_unknown_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_nsys_run(dir.path());
+    let o = gpuq(&store, &["top", "r", "-n", "3", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "name,time_pct,total,instances,avg,med,min,max,stddev,class,top_op,busy_pct"
+    );
+    assert_eq!(lines.len(), 4, "{out}");
+    // Totals are in descending order and equal a plain SQL sum.
+    let top = query_csv(
+        &store,
+        "SELECT sum(dur) AS t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 1",
+    );
+    let total = top.lines().nth(1).unwrap();
+    let first = lines[1].to_string();
+    assert!(first.contains(&format!(",{total},")), "{first} vs {total}");
+    let o = gpuq(&store, &["top", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown run nope"), "{}", stderr(&o));
+}
+
+#[test]
+fn analysis_commands_agree_with_their_sql_and_reject_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_nsys_run(dir.path());
+    let run = |args: &[&str]| {
+        let o = gpuq(&store, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let rows = |csv: &str| csv.lines().skip(1).map(str::to_string).collect::<Vec<_>>();
+
+    // gaps: CSV rows are the table function's rows, longest first, and --min-gap filters.
+    let all = rows(&run(&["gaps", "r", "--format", "csv"]));
+    let n = query_csv(&store, "SELECT count(*) FROM gpu_gaps('r')");
+    assert_eq!(n.lines().nth(1).unwrap(), all.len().to_string());
+    assert!(!all.is_empty());
+    let durs: Vec<i64> = all
+        .iter()
+        .map(|l| l.split(',').nth(5).unwrap().parse().unwrap())
+        .collect();
+    assert!(durs.windows(2).all(|w| w[0] >= w[1]), "not longest first");
+    let long = rows(&run(&["gaps", "r", "--min-gap", "50us", "--format", "csv"]));
+    let expected = durs.iter().filter(|&&d| d > 50_000).count();
+    assert_eq!(long.len(), expected);
+    let table = run(&["gaps", "r"]);
+    assert!(
+        table.contains("pct_of_idle") && table.contains("next_name"),
+        "{table}"
+    );
+    let streams = run(&["gaps", "r", "--per-stream", "--format", "csv", "-n", "5"]);
+    assert!(
+        streams.starts_with("run,rank,pid,device,stream,"),
+        "{streams}"
+    );
+    assert_eq!(rows(&streams).len(), 5);
+
+    // breakdown: busy + idle = span and the parts of busy add up, on every device.
+    let b = run(&["breakdown", "r", "--format", "csv"]);
+    let header: Vec<&str> = b.lines().next().unwrap().split(',').collect();
+    let col = |row: &[&str], name: &str| -> i64 {
+        row[header.iter().position(|h| *h == name).unwrap()]
+            .parse()
+            .unwrap()
+    };
+    let devices = rows(&b);
+    assert!(!devices.is_empty());
+    for line in &devices {
+        let row: Vec<&str> = line.split(',').collect();
+        assert_eq!(
+            col(&row, "busy") + col(&row, "idle"),
+            col(&row, "span"),
+            "{line}"
+        );
+        assert_eq!(
+            col(&row, "compute")
+                + col(&row, "comm_exposed")
+                + col(&row, "memcpy_exposed")
+                + col(&row, "memset_exposed"),
+            col(&row, "busy"),
+            "{line}"
+        );
+    }
+    // util: chunks per device, as asked.
+    let util = rows(&run(&["util", "r", "--chunks", "10", "--format", "csv"]));
+    assert_eq!(util.len(), 10 * devices.len());
+    assert!(run(&["stages", "r"]).contains("gpu_busy"));
+    let findings = run(&["findings", "r"]);
+    assert!(
+        findings.starts_with("1. [") || findings.starts_with("No findings"),
+        "{findings}"
+    );
+
+    for args in [
+        &["gaps", "nope"][..],
+        &["breakdown", "nope"],
+        &["util", "nope"],
+        &["stages", "nope"],
+        &["findings", "nope"],
+    ] {
+        let o = gpuq(&store, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).contains("unknown run nope"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = gpuq(&store, &["gaps", "r", "--min-gap", "soon"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("soon"), "{}", stderr(&o));
+    let o = gpuq(&store, &["util", "r", "--chunks", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("chunks"), "{}", stderr(&o));
+}
+
+#[test]
+fn analysis_commands_take_a_step_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = dir.path().join("steps.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "generate",
+            trace.to_str().unwrap(),
+            "--steps",
+            "6",
+            "--seed",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let steps = query_csv(&store, "SELECT min(step), max(step) FROM step_stats('r')");
+    let (first, last): (i64, i64) = {
+        let row = steps.lines().nth(1).unwrap();
+        let (a, b) = row.split_once(',').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    assert!(last - first >= 2, "{steps}");
+    let range = format!("{}..{}", first + 1, first + 2);
+    for command in [
+        "top",
+        "gaps",
+        "util",
+        "breakdown",
+        "roofline",
+        "stages",
+        "findings",
+    ] {
+        let o = gpuq(
+            &store,
+            &[command, "r", "--steps", &range, "--format", "csv"],
+        );
+        assert!(o.status.success(), "{command}: {}", stderr(&o));
+    }
+    // The command prints what the table function returns for the range.
+    let o = gpuq(&store, &["top", "r", "--steps", &range, "--format", "csv"]);
+    let want = query_csv(
+        &store,
+        &format!("SELECT * FROM top_kernels('r', NULL, '{range}')"),
+    );
+    assert_eq!(stdout(&o), want);
+    let whole = query_csv(&store, "SELECT * FROM top_kernels('r')");
+    assert_ne!(want, whole);
+    let o = gpuq(
+        &store,
+        &["stages", "r", "--steps", &range, "--format", "csv"],
+    );
+    let per_step = stdout(&o);
+    let step_rows = per_step
+        .lines()
+        .filter(|l| {
+            l.starts_with("r,")
+                && l.split(',')
+                    .nth(2)
+                    .is_some_and(|s| s.parse::<i64>().is_ok())
+        })
+        .count();
+    assert_eq!(step_rows, 2, "{per_step}");
+
+    // A range without a step of the run, and a range that is not one.
+    let o = gpuq(&store, &["breakdown", "r", "--steps", "900"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(&format!(
+            "no step of run r is in the range 900 (its steps: {first}..{last})"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = gpuq(&store, &["findings", "r", "--steps", "5..3"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is empty"), "{}", stderr(&o));
+}
+
+#[test]
+fn roofline_explains_an_empty_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = dir.path().join("noshapes.json");
+    std::fs::write(
+        &trace,
+        r#"{"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 11, "ts": 100, "dur": 50},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 110, "dur": 5, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 40, "args": {"device": 0, "stream": 7, "correlation": 1}}
+]}"#,
+    )
+    .unwrap();
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpuq(&store, &["roofline", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "header only: {}", stdout(&o));
+    assert!(
+        stderr(&o).contains("note: roofline is empty: the trace has no input shapes")
+            && stderr(&o).contains("record_shapes=True"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `--classes FILE`, else `<store>/kernel_classes.txt`, put the user's rules before the
+/// built-in ones in `kernel_class()` and in the analyses; a bad rules file fails with its line.
+#[test]
+fn user_kernel_class_rules_apply_to_sql_and_analyses() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = dir.path().join("t.json");
+    kineto_with_kernels(&trace, &["my_ring_exchange", "triton_poi_fused_add_0"]);
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sql = "SELECT name, kernel_class(name) AS c FROM kernels ORDER BY name";
+    assert_eq!(
+        query_csv(&store, sql),
+        "name,c\nmy_ring_exchange,other\ntriton_poi_fused_add_0,elementwise\n"
+    );
+    let rules = dir.path().join("rules.txt");
+    std::fs::write(
+        &rules,
+        "# ours\ncommunication = ^my_ring_\nfused_add = fused_add\n",
+    )
+    .unwrap();
+    let with_rules = |args: &[&str]| {
+        let mut all = vec!["--classes", rules.to_str().unwrap()];
+        all.extend_from_slice(args);
+        gpuq(&store, &all)
+    };
+    let o = with_rules(&["query", "--format", "csv", sql]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "name,c\nmy_ring_exchange,communication\ntriton_poi_fused_add_0,fused_add\n"
+    );
+    // The analyses classify with the same rules: `top`'s class, `breakdown`'s communication.
+    let o = with_rules(&["top", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(",communication,"), "{}", stdout(&o));
+    let comm = |o: &Output| {
+        let out = stdout(o);
+        let header: Vec<&str> = out.lines().next().unwrap().split(',').collect();
+        let col = header
+            .iter()
+            .position(|h| *h == "comm")
+            .expect("comm column");
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(col)
+            .unwrap()
+            .to_string()
+    };
+    let plain = gpuq(&store, &["breakdown", "r", "--format", "csv"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert_eq!(comm(&plain), "0");
+    assert_eq!(
+        comm(&with_rules(&["breakdown", "r", "--format", "csv"])),
+        "10000"
+    );
+
+    // The store's rules file applies without the flag.
+    std::fs::copy(&rules, store.join("kernel_classes.txt")).unwrap();
+    assert!(query_csv(&store, sql).contains("my_ring_exchange,communication"));
+
+    // A bad rules file: an error with the file and line, exit 1, nothing run.
+    std::fs::write(&rules, "gemm = ok\ngemm = (unclosed\n").unwrap();
+    let o = with_rules(&["query", sql]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("rules.txt") && err.contains("line 2"), "{err}");
+    assert!(stdout(&o).is_empty());
+}
+
+/// Exposed unified-memory page migrations get prefetch advice, not "pin your memory"; exposed
+/// ordinary copies still get it.
+#[test]
+fn unified_memory_migrations_are_not_advised_to_be_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let action = |run: &str, copy: &str| {
+        let trace = dir.path().join(format!("{run}.json"));
+        std::fs::write(
+            &trace,
+            format!(
+                r#"{{"traceEvents": [
+  {{"ph": "X", "cat": "gpu_memcpy", "name": "{copy}", "pid": 0, "tid": 7, "ts": 100, "dur": 200, "args": {{"device": 0, "stream": 7, "bytes": 1048576}}}},
+  {{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 400, "dur": 10, "args": {{"device": 0, "stream": 7}}}}
+]}}"#
+            ),
+        )
+        .unwrap();
+        let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", run]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let found = query_csv(
+            &store,
+            &format!("SELECT action FROM findings('{run}') WHERE category = 'exposed_memcpy'"),
+        );
+        assert_eq!(found.lines().count(), 2, "{found}");
+        found
+    };
+    let um = action("um", "Memcpy Unified HtoD");
+    assert!(
+        um.contains("cudaMemPrefetchAsync") && !um.contains("pinned"),
+        "{um}"
+    );
+    let plain = action("plain", "Memcpy HtoD (Pageable -> Device)");
+    assert!(plain.contains("pinned"), "{plain}");
+    assert_eq!(
+        query_csv(&store, "SELECT run, copy_kind FROM memcpy ORDER BY run"),
+        "run,copy_kind\nplain,HtoD\num,UM HtoD\n"
+    );
+}
