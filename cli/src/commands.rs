@@ -8,8 +8,7 @@ use crate::exec::{run_sql_text, Show};
 use crate::history;
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::driver::{self, IngestOptions, Progress, RunReport};
-use gpuq_ingest::redact::redact_text;
+use gpuq_ingest::{redact_text, IngestOptions, Progress, RunReport};
 use gpuq_query::analyses;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -38,7 +37,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let run = run.map(RunId::new).transpose()?;
             let tags = parse_tags(&tags)?;
             let step_pattern = step_pattern
-                .map(|p| gpuq_ingest::nsys::step_pattern(&p))
+                .map(|p| gpuq_ingest::step_pattern(&p))
                 .transpose()
                 .map_err(anyhow::Error::msg)?;
             let store = open_store(&store_path)?;
@@ -306,7 +305,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             steady,
             ..
         } => {
-            use gpuq_ingest::synth::SynthConfig;
+            use gpuq_synth::SynthConfig;
             let mut cfg = match bytes {
                 Some(b) => SynthConfig::sized(b),
                 None => SynthConfig::demo(),
@@ -562,7 +561,7 @@ fn ingest(
         b
     });
     let progress = Bar(bar);
-    let reports = driver::ingest(store, paths, opts, &progress)?;
+    let reports = gpuq_ingest::ingest(store, paths, opts, &progress)?;
     if let Some(b) = &progress.0 {
         b.finish_and_clear();
     }
@@ -679,7 +678,7 @@ async fn runs(
             let tags: Vec<(String, String)> = parse_tags(&tags)?
                 .iter()
                 .map(|(k, v)| {
-                    let (k, v, _) = gpuq_ingest::redact::tag(k, v);
+                    let (k, v, _) = gpuq_ingest::redact_tag(k, v);
                     (k, v)
                 })
                 .collect();
@@ -710,8 +709,8 @@ fn compact(store: &Store, runs: &[String]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn generate(output: &Path, cfg: &gpuq_ingest::synth::SynthConfig) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth::write_kineto;
+fn generate(output: &Path, cfg: &gpuq_synth::SynthConfig) -> anyhow::Result<ExitCode> {
+    use gpuq_synth::write_kineto;
     let file = std::fs::File::create(output).with_context(|| output.display().to_string())?;
     let name = output.to_string_lossy();
     let truth = if name.ends_with(".gz") {
@@ -741,7 +740,7 @@ fn generate(output: &Path, cfg: &gpuq_ingest::synth::SynthConfig) -> anyhow::Res
 }
 
 fn generate_nsys(output: &Path, kernels: Option<usize>, seed: u64) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
+    use gpuq_synth::{write_nsys, NsysConfig};
     let mut cfg = match kernels {
         Some(n) => NsysConfig::with_kernels(n),
         None => NsysConfig::small(),
@@ -759,7 +758,7 @@ fn generate_nsys(output: &Path, kernels: Option<usize>, seed: u64) -> anyhow::Re
 }
 
 async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth::{write_kineto, SynthConfig};
+    use gpuq_synth::{write_kineto, SynthConfig};
     let dir = store.root().join("_demo");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("demo_trace.json");
@@ -779,7 +778,7 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
         replace: true,
         ..Default::default()
     };
-    for r in driver::ingest(store, &[path.clone()], &opts, &gpuq_ingest::NoProgress)? {
+    for r in gpuq_ingest::ingest(store, &[path.clone()], &opts, &gpuq_ingest::NoProgress)? {
         print_report(&r);
     }
     let _ = std::fs::remove_file(&path);
@@ -827,7 +826,7 @@ async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
         run: Some(RunId::new("demo-pr")?),
         ..opts
     };
-    driver::ingest(store, &[path.clone()], &pr_opts, &gpuq_ingest::NoProgress)?;
+    gpuq_ingest::ingest(store, &[path.clone()], &pr_opts, &gpuq_ingest::NoProgress)?;
     let _ = std::fs::remove_file(&path);
     println!("What changed in run demo-pr, the same job with one GEMM 50 % slower (gpuq diff demo demo-pr):\n");
     let ctx = gpuq_query::open_session(store).await?;
