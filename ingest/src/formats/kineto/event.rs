@@ -196,7 +196,6 @@ pub(super) fn of_skipped_phase(event: Cursor<'_>) -> bool {
 
 /// Parses the event at `event`; `object`: the span of its only member that is an object, if
 /// known (taken as it is when it is the `args`, instead of being scanned for its end again).
-#[inline]
 pub(super) fn parse_event(
     event: Cursor<'_>,
     object: Option<(usize, usize)>,
