@@ -55,7 +55,7 @@ pub enum Command {
         /// (Europe/Berlin) or an offset (+01:00) [default: such times are an error, Python
         /// logging times are UTC]
         #[arg(long, value_name = "ZONE", value_parser = parse_zone)]
-        tz: Option<gpuq_ingest::stagelog::zone::LogZone>,
+        tz: Option<gpuq_ingest::LogZone>,
         /// Replace the run if it exists (also re-ingests files already stored); the run keeps
         /// its tags unless --tag gives new ones
         #[arg(long)]
@@ -401,8 +401,8 @@ pub enum InputFormat {
 }
 
 impl InputFormat {
-    pub fn format(self) -> Option<gpuq_ingest::source::Format> {
-        use gpuq_ingest::source::Format;
+    pub fn format(self) -> Option<gpuq_ingest::Format> {
+        use gpuq_ingest::Format;
         match self {
             InputFormat::Auto => None,
             InputFormat::Kineto => Some(Format::Kineto),
@@ -510,7 +510,7 @@ fn parse_duration(s: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 250ns, 100us, 1.5ms, 2s)"))
 }
 
-fn parse_zone(s: &str) -> Result<gpuq_ingest::stagelog::zone::LogZone, String> {
+fn parse_zone(s: &str) -> Result<gpuq_ingest::LogZone, String> {
     s.parse()
 }
 

@@ -69,10 +69,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // Errors name the files they concern: their paths may hold secrets too.
             let message = exec::one_line(&format!("{e:#}"));
-            eprintln!(
-                "gpuq: error: {}",
-                gpuq_ingest::redact::redact_text(&message).0
-            );
+            eprintln!("gpuq: error: {}", gpuq_ingest::redact_text(&message).0);
             ExitCode::FAILURE
         }
     }

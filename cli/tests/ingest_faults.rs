@@ -202,14 +202,13 @@ fn nsys_exports_in_wal_mode_ingest_without_hanging() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let mut exports = vec![generated];
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/nsys");
-    match std::fs::read_dir(&shared) {
-        Ok(files) => exports.extend(
-            files
+    if let Some(shared) = gpuq_testkit::shared_traces("nsys") {
+        exports.extend(
+            std::fs::read_dir(&shared)
+                .unwrap()
                 .map(|f| f.unwrap().path())
                 .filter(|p| p.extension().is_some_and(|e| e == "sqlite")),
-        ),
-        Err(_) => eprintln!("shared exports skipped: {} not found", shared.display()),
+        );
     }
     let store_s = store.to_str().unwrap();
     for (i, export) in exports.iter().enumerate() {

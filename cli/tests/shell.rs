@@ -199,22 +199,17 @@ fn spawn_piped(mut cmd: Command) -> (std::process::Child, std::process::ChildStd
 /// The real traces under ../shared: a Kineto trace with long kernel names and an Nsight
 /// Systems export; empty (that part is skipped) without ../shared.
 fn real_traces() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
-    let traces: Vec<PathBuf> = [
-        "kineto/tracelens/h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-        "nsys/fuser_8fa9ec2_h100x2_report1.sqlite",
+    [
+        (
+            "kineto/tracelens",
+            "h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        ),
+        ("nsys", "fuser_8fa9ec2_h100x2_report1.sqlite"),
     ]
     .iter()
-    .map(|t| root.join(t))
+    .filter_map(|(kind, file)| gpuq_testkit::shared_traces(kind).map(|dir| dir.join(file)))
     .filter(|p| p.is_file())
-    .collect();
-    if traces.is_empty() {
-        eprintln!(
-            "skipped: the real traces of {} are not there",
-            root.display()
-        );
-    }
-    traces
+    .collect()
 }
 
 /// Every analysis command's table output fits the terminal at 80, 120 and 160 columns, on

@@ -431,22 +431,9 @@ fn files_prints_the_current_versions_files_of_the_runs_asked_for() {
     assert!(stderr(&o).contains("unknown run: nope"), "{}", stderr(&o));
 }
 
-/// A directory of the real test traces, or `None` (the test is skipped) without ../shared.
-fn shared_traces(sub: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/traces")
-        .join(sub);
-    if p.is_dir() {
-        Some(p)
-    } else {
-        eprintln!("skipped: {} not found", p.display());
-        None
-    }
-}
-
 #[test]
 fn real_unrelated_kineto_traces_become_one_run_each_and_real_ranks_one_run() {
-    let Some(hta) = shared_traces("kineto/hta") else {
+    let Some(hta) = gpuq_testkit::shared_traces("kineto/hta") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -455,7 +442,7 @@ fn real_unrelated_kineto_traces_become_one_run_each_and_real_ranks_one_run() {
     let traces = std::fs::read_dir(&hta).unwrap().count();
     assert!(out.contains("do not look like one job"), "{out}");
     assert_eq!(run_names(&store).len(), traces, "{out}");
-    let Some(dlrm) = shared_traces("kineto/param_dlrm_8rank") else {
+    let Some(dlrm) = gpuq_testkit::shared_traces("kineto/param_dlrm_8rank") else {
         return;
     };
     let out = ok(&store, &["ingest", dlrm.to_str().unwrap()]);

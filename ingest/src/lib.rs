@@ -1,30 +1,45 @@
 //! Trace adapters for gpuq.
 //!
-//! Each adapter turns a trace file into canonical Arrow batches
-//! ([`gpuq_engine::schema::events_schema`]); [`driver`] groups files into runs, attributes
-//! GPU work to operators and steps ([`resolve`]), redacts secrets ([`redact`]) and commits
-//! through the engine. Adapters know nothing of SQL.
+//! Each adapter ([`formats`]) turns a trace file into canonical Arrow batches
+//! ([`gpuq_engine::schema::events_schema`], built with [`columns`]); the [`driver`] groups
+//! files into runs, attributes GPU work to operators and steps ([`attribute`]), holds rows
+//! until they can be attributed ([`spool`]), redacts secrets ([`redact`]) and commits through
+//! the engine. Adapters know nothing of SQL.
+//!
+//! The crate's surface is what the root re-exports; the modules are the crate's own.
 
-pub mod devices;
-pub mod driver;
-pub mod events;
-pub mod json;
-pub mod kineto;
-pub mod launches;
-pub mod nsys;
-mod part_bytes;
-pub mod redact;
-pub mod resolve;
-pub mod rocprof;
-pub mod source;
-pub mod spool;
-pub mod sqlite_pages;
-pub mod stagelog;
-pub mod synth;
-pub mod synth_nsys;
-pub mod trace;
-
-#[cfg(test)]
-mod test_util;
+pub(crate) mod attribute;
+pub(crate) mod columns;
+pub(crate) mod driver;
+pub(crate) mod formats;
+pub(crate) mod redact;
+pub(crate) mod source;
+pub(crate) mod spool;
 
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};
+pub use formats::detect::Format;
+pub use formats::nsys::step_pattern;
+pub use formats::stagelog::zone::LogZone;
+pub use redact::{redact_text, tag as redact_tag};
+
+/// The parsers below the driver, for the fuzz targets and property tests
+/// (`tests/src/fuzz.rs`): not a stable interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::formats::{Position, TraceError};
+    pub mod json {
+        pub use crate::formats::json::{find_value_end, object_extent};
+    }
+    pub mod kineto {
+        pub use crate::formats::kineto::parse;
+    }
+    pub mod rocprof {
+        pub use crate::formats::rocprof::parse;
+    }
+    pub mod stagelog {
+        pub use crate::formats::stagelog::{looks_like_stage_log, parse};
+    }
+    pub mod sqlite_pages {
+        pub use crate::formats::nsys::sqlite_pages::{ColumnSource, PageFile, TablePlan, Value};
+    }
+}

@@ -78,8 +78,8 @@ mod tests {
     use datafusion::logical_expr::{Expr, TableType};
     use gpuq_engine::schema::TableKind;
     use gpuq_engine::RunId;
-    use gpuq_ingest::synth::{write_kineto, SynthConfig};
     use gpuq_ingest::{IngestOptions, NoProgress};
+    use gpuq_synth::{write_kineto, SynthConfig};
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,8 +2,8 @@ use super::*;
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;
 use gpuq_engine::RunId;
-use gpuq_ingest::synth::{write_kineto, GroundTruth, SynthConfig};
 use gpuq_ingest::{IngestOptions, NoProgress};
+use gpuq_synth::{write_kineto, GroundTruth, SynthConfig};
 use std::path::Path;
 
 fn ingest_synth(

@@ -6,8 +6,8 @@
 
 use gpuq_engine::schema::TableKind;
 use gpuq_engine::Store;
-use gpuq_ingest::sqlite_pages::{ColumnSource, PageFile, TablePlan, Value};
-use gpuq_ingest::trace::{Position, TraceError};
+use gpuq_ingest::fuzzing::sqlite_pages::{ColumnSource, PageFile, TablePlan, Value};
+use gpuq_ingest::fuzzing::{Position, TraceError};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
@@ -92,7 +92,7 @@ fn line_count(data: &[u8]) -> u64 {
 }
 
 pub fn json_scan(data: &[u8]) {
-    use gpuq_ingest::json::{find_value_end, object_extent};
+    use gpuq_ingest::fuzzing::json::{find_value_end, object_extent};
     let start = data
         .iter()
         .position(|b| !b.is_ascii_whitespace())
@@ -143,7 +143,7 @@ pub fn json_scan(data: &[u8]) {
 }
 
 pub fn kineto(data: &[u8]) {
-    if let Err(e) = gpuq_ingest::kineto::parse(std::io::Cursor::new(data), &|_| {}) {
+    if let Err(e) = gpuq_ingest::fuzzing::kineto::parse(std::io::Cursor::new(data), &|_| {}) {
         assert_byte_position(&e, data.len(), "kineto");
     }
 }
@@ -294,7 +294,7 @@ pub fn rocprof(data: &[u8]) {
         std::fs::write(&p, content).expect("write a scratch CSV");
         paths.push(p);
     }
-    match gpuq_ingest::rocprof::parse(&paths, &mut |_| Ok(())) {
+    match gpuq_ingest::fuzzing::rocprof::parse(&paths, &mut |_| Ok(())) {
         Ok(_) => {}
         Err((path, e)) => {
             let Some(i) = paths.iter().position(|p| *p == path) else {
@@ -318,7 +318,7 @@ pub fn rocprof(data: &[u8]) {
 pub fn stagelog(data: &[u8]) {
     let lines = line_count(data);
     for lenient in [false, true] {
-        match gpuq_ingest::stagelog::parse(data, lenient, &mut |_| Ok(())) {
+        match gpuq_ingest::fuzzing::stagelog::parse(data, lenient, &mut |_| Ok(())) {
             Ok(_) => {}
             Err(e) => match e.at {
                 Position::Line(n) => assert!(
@@ -332,7 +332,7 @@ pub fn stagelog(data: &[u8]) {
         }
     }
     if let Ok(head) = std::str::from_utf8(data) {
-        let _ = gpuq_ingest::stagelog::looks_like_stage_log(head);
+        let _ = gpuq_ingest::fuzzing::stagelog::looks_like_stage_log(head);
     }
 }
 

@@ -1,10 +1,10 @@
 //! The fuzzers' seed corpus, made when it is needed: from gpuq's trace generators
-//! (`gpuq_ingest::synth`, `synth_nsys`), the repository's fixtures, and small slices of the
+//! (`gpuq_synth`), the repository's fixtures, and small slices of the
 //! shared traces when `../shared` is present. Nothing here is stored in the repository.
 
 use crate::fuzz::{rocprof_input, Target};
-use gpuq_ingest::synth::{write_kineto, SynthConfig};
-use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
+use gpuq_synth::{write_kineto, SynthConfig};
+use gpuq_synth::{write_nsys, NsysConfig};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -90,11 +90,11 @@ fn kineto_seeds() -> Vec<Vec<u8>> {
 /// The head of each shared Kineto trace, cut after a whole event and closed: the metadata
 /// and first events of real traces.
 fn shared_kineto_slices() -> Vec<Vec<u8>> {
-    let Some(dir) = crate::shared_traces("kineto") else {
+    let Some(dir) = gpuq_testkit::shared_traces("kineto") else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for path in crate::trace_files(&dir) {
+    for path in gpuq_testkit::trace_files(&dir) {
         let Some(head) = read_head(&path, 256 << 10) else {
             continue;
         };
@@ -235,7 +235,7 @@ fn sqlite_seeds() -> Vec<Vec<u8>> {
     if write_nsys(&cfg, &synth).is_ok() {
         sources.push(synth);
     }
-    if let Some(nsys) = crate::shared_traces("nsys") {
+    if let Some(nsys) = gpuq_testkit::shared_traces("nsys") {
         let shared = entries(&nsys).into_iter();
         sources.extend(
             shared

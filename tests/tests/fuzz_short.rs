@@ -7,7 +7,7 @@
 //! A failing input is written to `$TMPDIR/gpuq-fuzz-failures/` and can be replayed with the
 //! cargo-fuzz target of the same name. `GPUQ_FUZZ_CASES` sets the mutations per target.
 
-use gpuq_ingest::synth::Rng;
+use gpuq_synth::Rng;
 use gpuq_tests::fuzz::{seeds, Target};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;

@@ -90,11 +90,10 @@ async fn rows(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Vec<(Stri
 
 #[tokio::test]
 async fn every_real_kineto_trace_ingests_with_exact_kernel_totals() {
-    let Some(dir) = gpuq_tests::shared_traces("kineto") else {
-        eprintln!("SKIPPED: ../shared/traces/kineto not found; real-trace checks did not run");
+    let Some(dir) = gpuq_testkit::shared_traces("kineto") else {
         return;
     };
-    let files = gpuq_tests::trace_files(&dir);
+    let files = gpuq_testkit::trace_files(&dir);
     assert_eq!(files.len(), 32, "expected the 32 shared Kineto traces");
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
@@ -126,8 +125,7 @@ async fn every_real_kineto_trace_ingests_with_exact_kernel_totals() {
 
 #[tokio::test]
 async fn an_eight_rank_job_is_one_run_with_a_rank_per_file() {
-    let Some(dir) = gpuq_tests::shared_traces("kineto/param_dlrm_8rank") else {
-        eprintln!("SKIPPED: ../shared/traces/kineto/param_dlrm_8rank not found");
+    let Some(dir) = gpuq_testkit::shared_traces("kineto/param_dlrm_8rank") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -144,7 +142,7 @@ async fn an_eight_rank_job_is_one_run_with_a_rank_per_file() {
     assert_eq!(got.len(), 8);
     for (i, (rank, n, _)) in got.iter().enumerate() {
         assert_eq!(rank, &i.to_string());
-        let file = &gpuq_tests::trace_files(&dir)[i];
+        let file = &gpuq_testkit::trace_files(&dir)[i];
         let want: i64 = expected(file).kernels.values().map(|v| v.0).sum();
         assert_eq!(*n, want, "rank {i}");
     }
@@ -190,8 +188,7 @@ const HTA_DEFINES_IT_DIFFERENTLY: &[(&str, &str)] = &[
 /// down) on the others.
 #[tokio::test]
 async fn breakdown_agrees_with_hta_temporal_breakdown_up_to_its_microsecond_rounding() {
-    let Some(dir) = gpuq_tests::shared_traces("kineto") else {
-        eprintln!("SKIPPED: ../shared/traces/kineto not found");
+    let Some(dir) = gpuq_testkit::shared_traces("kineto") else {
         return;
     };
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/hta_temporal_breakdown.csv");
@@ -276,8 +273,7 @@ async fn breakdown_agrees_with_hta_temporal_breakdown_up_to_its_microsecond_roun
 /// no operator runs faster than the GPU's peak.
 #[tokio::test]
 async fn roofline_matches_an_independent_attribution_on_real_h100_traces() {
-    let Some(dir) = gpuq_tests::shared_traces("kineto/tracelens") else {
-        eprintln!("SKIPPED: ../shared/traces/kineto/tracelens not found");
+    let Some(dir) = gpuq_testkit::shared_traces("kineto/tracelens") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -457,11 +453,10 @@ fn trace_events_text(text: &str) -> &str {
 /// byte as in the file), is stored as the same rows as the trace itself.
 #[tokio::test]
 async fn a_real_trace_as_a_bare_array_stores_the_same_rows() {
-    let Some(dir) = gpuq_tests::shared_traces("kineto/param_dlrm_8rank") else {
-        eprintln!("SKIPPED: ../shared/traces/kineto/param_dlrm_8rank not found");
+    let Some(dir) = gpuq_testkit::shared_traces("kineto/param_dlrm_8rank") else {
         return;
     };
-    let file = gpuq_tests::trace_files(&dir).remove(0);
+    let file = gpuq_testkit::trace_files(&dir).remove(0);
     let mut text = String::new();
     flate2::read::MultiGzDecoder::new(std::fs::File::open(&file).unwrap())
         .read_to_string(&mut text)

@@ -67,10 +67,7 @@ async fn stats(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Stats {
 
 #[tokio::test]
 async fn every_real_nsys_export_matches_nsys_stats() {
-    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
-        eprintln!(
-            "SKIPPED: ../shared/traces/nsys not found; real Nsight Systems checks did not run"
-        );
+    let Some(dir) = gpuq_testkit::shared_traces("nsys") else {
         return;
     };
     let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
@@ -126,8 +123,7 @@ async fn every_real_nsys_export_matches_nsys_stats() {
 
 #[tokio::test]
 async fn nsys_gpu_work_is_attributed_to_its_launch_in_the_same_process() {
-    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
-        eprintln!("SKIPPED: ../shared/traces/nsys not found");
+    let Some(dir) = gpuq_testkit::shared_traces("nsys") else {
         return;
     };
     // Two processes (ranks) in one export: correlation ids repeat across them.
@@ -271,8 +267,7 @@ fn ingest_fixtures(
     store: &Store,
     window_rows: Option<usize>,
 ) -> Option<Vec<(String, PathBuf, String)>> {
-    let Some(dir) = gpuq_tests::shared_traces("nsys") else {
-        eprintln!("SKIPPED: ../shared/traces/nsys not found");
+    let Some(dir) = gpuq_testkit::shared_traces("nsys") else {
         return None;
     };
     let mut files: Vec<_> = std::fs::read_dir(&dir)

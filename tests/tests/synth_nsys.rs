@@ -4,8 +4,8 @@
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
 use gpuq_ingest::{IngestOptions, NoProgress};
+use gpuq_synth::{write_nsys, NsysConfig};
 use std::collections::BTreeMap;
 
 /// Rows of `sql` as (text key, ints...).

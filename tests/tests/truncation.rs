@@ -8,9 +8,9 @@
 //! many events as one of the references, or fewer than "clean" with a warning.
 
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::synth::{write_kineto, Rng, SynthConfig};
-use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
 use gpuq_ingest::{ingest, IngestOptions, NoProgress};
+use gpuq_synth::{write_kineto, Rng, SynthConfig};
+use gpuq_synth::{write_nsys, NsysConfig};
 use std::path::{Path, PathBuf};
 
 /// What one ingest stored.

@@ -7,8 +7,8 @@ use crate::args::OutputFormat;
 use crate::exec::{exit_code, run_sql_text};
 use anyhow::{bail, Context};
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::driver::{self, IngestOptions};
-use gpuq_ingest::synth::SynthConfig;
+use gpuq_ingest::IngestOptions;
+use gpuq_synth::SynthConfig;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -50,8 +50,8 @@ pub(super) fn kineto(
 }
 
 /// Writes `cfg`'s trace to `output`, compressed as its extension says.
-fn generate(output: &Path, cfg: &gpuq_ingest::synth::SynthConfig) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth::write_kineto;
+fn generate(output: &Path, cfg: &gpuq_synth::SynthConfig) -> anyhow::Result<ExitCode> {
+    use gpuq_synth::write_kineto;
     let file = std::fs::File::create(output).with_context(|| output.display().to_string())?;
     let name = output.to_string_lossy();
     let truth = if name.ends_with(".gz") {
@@ -82,7 +82,7 @@ fn generate(output: &Path, cfg: &gpuq_ingest::synth::SynthConfig) -> anyhow::Res
 
 /// `gpuq generate --format nsys`.
 pub(super) fn nsys(output: &Path, kernels: Option<usize>, seed: u64) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
+    use gpuq_synth::{write_nsys, NsysConfig};
     let mut cfg = match kernels {
         Some(n) => NsysConfig::with_kernels(n),
         None => NsysConfig::small(),
@@ -102,7 +102,7 @@ pub(super) fn nsys(output: &Path, kernels: Option<usize>, seed: u64) -> anyhow::
 /// `gpuq demo`: a generated run ingested and analysed, then a slower second run compared
 /// with it.
 pub(super) async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> {
-    use gpuq_ingest::synth::{write_kineto, SynthConfig};
+    use gpuq_synth::{write_kineto, SynthConfig};
     let dir = store.root().join("_demo");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("demo_trace.json");
@@ -122,7 +122,7 @@ pub(super) async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> 
         replace: true,
         ..Default::default()
     };
-    for r in driver::ingest(store, &[path.clone()], &opts, &gpuq_ingest::NoProgress)? {
+    for r in gpuq_ingest::ingest(store, &[path.clone()], &opts, &gpuq_ingest::NoProgress)? {
         print_report(&r);
     }
     let _ = std::fs::remove_file(&path);
@@ -170,7 +170,7 @@ pub(super) async fn demo(store: &Store, steps: u32) -> anyhow::Result<ExitCode> 
         run: Some(RunId::new("demo-pr")?),
         ..opts
     };
-    driver::ingest(store, &[path.clone()], &pr_opts, &gpuq_ingest::NoProgress)?;
+    gpuq_ingest::ingest(store, &[path.clone()], &pr_opts, &gpuq_ingest::NoProgress)?;
     let _ = std::fs::remove_file(&path);
     println!("What changed in run demo-pr, the same job with one GEMM 50 % slower (gpuq diff demo demo-pr):\n");
     let ctx = gpuq_query::open_session(store).await?;

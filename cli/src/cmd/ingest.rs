@@ -4,9 +4,9 @@
 use crate::args::{parse_tags, InputFormat};
 use crate::exec::open_store;
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::driver::{self, IngestOptions, Progress, RunReport};
-use gpuq_ingest::redact::redact_text;
-use gpuq_ingest::stagelog::zone::LogZone;
+use gpuq_ingest::{IngestOptions, Progress, RunReport};
+use gpuq_ingest::redact_text;
+use gpuq_ingest::LogZone;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ pub(super) fn options(
     let run = run.map(RunId::new).transpose()?;
     let tags = parse_tags(tags)?;
     let step_pattern = step_pattern
-        .map(|p| gpuq_ingest::nsys::step_pattern(&p))
+        .map(|p| gpuq_ingest::step_pattern(&p))
         .transpose()
         .map_err(anyhow::Error::msg)?;
     Ok(IngestOptions {
@@ -98,7 +98,7 @@ fn ingest(
         b
     });
     let progress = Bar(bar);
-    let reports = driver::ingest(store, paths, opts, &progress)?;
+    let reports = gpuq_ingest::ingest(store, paths, opts, &progress)?;
     if let Some(b) = &progress.0 {
         b.finish_and_clear();
     }

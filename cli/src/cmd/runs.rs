@@ -48,7 +48,7 @@ pub(super) async fn runs(
             let tags: Vec<(String, String)> = parse_tags(&tags)?
                 .iter()
                 .map(|(k, v)| {
-                    let (k, v, _) = gpuq_ingest::redact::tag(k, v);
+                    let (k, v, _) = gpuq_ingest::redact_tag(k, v);
                     (k, v)
                 })
                 .collect();

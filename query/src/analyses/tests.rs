@@ -6,9 +6,9 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::synth::{write_kineto, SynthConfig};
-use gpuq_ingest::synth_nsys::{write_nsys, NsysConfig};
 use gpuq_ingest::{IngestOptions, NoProgress};
+use gpuq_synth::{write_kineto, SynthConfig};
+use gpuq_synth::{write_nsys, NsysConfig};
 use std::collections::BTreeMap;
 
 fn ingest(store: &Store, path: &std::path::Path, run: &str) {

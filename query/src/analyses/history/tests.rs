@@ -8,8 +8,8 @@ use crate::open_session;
 use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::synth::{write_kineto, SynthConfig};
 use gpuq_ingest::{IngestOptions, NoProgress};
+use gpuq_synth::{write_kineto, SynthConfig};
 use std::collections::BTreeMap;
 
 /// The kernel the tests slow down: a forward GEMM that runs once per layer and step.
