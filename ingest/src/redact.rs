@@ -74,8 +74,11 @@ pub const PREFILTER_LITERALS: &[&str] = &[
     "AUTH",
     "ookie",
     "OOKIE",
-    // A JSON escape can spell any letter of a key (`"pass\u0077ord"`).
-    "\\u",
+    // A JSON escape can spell any letter of a key (`"pass\u0077ord"`); ASCII letters are
+    // `\u0041` to `\u007a`. No literal is shorter than three bytes: a two-byte one would
+    // make the search's SIMD mask shorter and its false candidates many (+4 % of an ingest's
+    // instructions, callgrind).
+    "\\u00",
 ];
 
 static PREFILTER: LazyLock<AhoCorasick> = LazyLock::new(|| {

@@ -4,9 +4,9 @@
 use crate::args::{parse_tags, InputFormat};
 use crate::exec::open_store;
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::{IngestOptions, Progress, RunReport};
 use gpuq_ingest::redact_text;
 use gpuq_ingest::LogZone;
+use gpuq_ingest::{IngestOptions, Progress, RunReport};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
