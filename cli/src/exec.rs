@@ -7,7 +7,6 @@ use crate::output::{self, Expanded, Layout};
 use anyhow::Context;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::runtime::SpawnedTask;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::LogicalPlan;
@@ -95,7 +94,7 @@ fn select_all_when_from_first(sql: &str) -> Cow<'_, str> {
 }
 
 /// Runs one statement and collects its result; dropping the future stops its work (see
-/// [`crate::cancel`]).
+/// [`gpuq_query::cancel`]).
 pub async fn run_statement(
     ctx: &SessionContext,
     stmt: Statement,
@@ -111,18 +110,7 @@ pub async fn run_statement(
         plan => DataFrame::new(state, plan),
     };
     let schema = df.schema().inner().clone();
-    let task = std::sync::Arc::new(df.task_ctx());
-    // Operators that pause regularly, and join filters that fail once this future is dropped,
-    // so that a cancelled statement stops working.
-    let stop = crate::cancel::StopOnDrop::default();
-    let plan = crate::cancel::yielding(df.create_physical_plan().await?, &stop.flag())?;
-    // On a task of its own (aborted when dropped), so that the caller sees Ctrl-C even while
-    // an operator is inside a long poll.
-    let batches = SpawnedTask::spawn(datafusion::physical_plan::collect(plan, task))
-        .join()
-        .await
-        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))??;
-    drop(stop);
+    let batches = gpuq_query::cancel::collect(df).await?;
     Ok((schema, batches))
 }
 

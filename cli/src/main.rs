@@ -1,7 +1,6 @@
 //! The `gpuq` binary: argument parsing and dispatch. Every command lives in [`cmd`].
 
 mod args;
-mod cancel;
 mod cmd;
 mod complete;
 mod doctor;

@@ -57,7 +57,7 @@ impl Shell {
         };
         if interactive {
             // Ctrl-C cancels the statement (dropping the future aborts its tasks, which pause
-            // often enough to stop: `crate::cancel`) and keeps the shell.
+            // often enough to stop: `gpuq_query::cancel`) and keeps the shell.
             tokio::select! {
                 failed = run_sql_text(&ctx, sql, show, out) => self.errors += failed,
                 _ = tokio::signal::ctrl_c() => eprintln!("cancelled"),

@@ -10,9 +10,10 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use std::collections::HashMap;
 
-/// Runs `sql` and collects its batches.
+/// Runs `sql` and collects its batches; stoppable like a statement of the shell (dropping
+/// the future stops the work: [`crate::cancel`]).
 pub async fn collect(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
-    ctx.sql(sql).await?.collect().await
+    crate::cancel::collect(ctx.sql(sql).await?).await
 }
 
 /// Column `i` of `b` as Int64 values (NULL -> None).

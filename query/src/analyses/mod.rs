@@ -47,6 +47,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result};
@@ -419,7 +420,13 @@ impl TableProvider for LazyTable {
             .downcast_ref::<SessionState>()
             .ok_or_else(|| DataFusionError::Internal("analyses need a SessionState".into()))?;
         let ctx = SessionContext::new_with_state(state.clone());
-        let batches = (self.compute)(ctx).await?;
+        // On a task of its own, aborted when the statement is dropped (Ctrl-C): the caller
+        // sees the drop at once, and the work stops at its next await; its queries stop
+        // within a time slice (`data::collect`).
+        let batches = SpawnedTask::spawn((self.compute)(ctx))
+            .join()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
             self.schema(),

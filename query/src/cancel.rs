@@ -1,6 +1,7 @@
-//! Making a running statement stoppable. Ctrl-C drops the statement's future, and DataFusion
-//! aborts the tasks it spawned; but an aborted task stops only when its poll returns, and an
-//! operator that never waits (a nested-loop join over in-memory batches, an aggregate over a
+//! Making running queries stoppable: the shell's statements and the queries an analysis runs
+//! inside its table function ([`collect`] runs both). Ctrl-C drops the statement's future, and
+//! DataFusion aborts the tasks it spawned; but an aborted task stops only when its poll
+//! returns, and an operator that never waits (a nested-loop join over in-memory batches, an aggregate over a
 //! join's output) can keep a core busy for minutes inside one poll. [`yielding`] puts a
 //! [`YieldingExec`] above every operator of the plan: every batch that passes one of them
 //! checks the clock, and after [`TIME_SLICE`] without a pause its stream returns `Pending`
@@ -22,7 +23,9 @@
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::{FieldRef, Schema};
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::dataframe::DataFrame;
 use datafusion::error::Result;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::ColumnarValue;
@@ -43,6 +46,22 @@ use std::time::{Duration, Instant};
 
 /// How long a stream may produce batches without returning to the scheduler.
 pub const TIME_SLICE: Duration = Duration::from_millis(20);
+
+/// Runs `df` to the end and collects its batches. Dropping the future stops the work within a
+/// [`TIME_SLICE`] or so: the plan runs [`yielding`], on a task of its own that the drop aborts,
+/// so that the caller (a `select!` on Ctrl-C) sees the drop even while an operator is inside a
+/// long poll.
+pub async fn collect(df: DataFrame) -> Result<Vec<RecordBatch>> {
+    let task = Arc::new(df.task_ctx());
+    let stop = StopOnDrop::default();
+    let plan = yielding(df.create_physical_plan().await?, &stop.flag())?;
+    let batches = SpawnedTask::spawn(datafusion::physical_plan::collect(plan, task))
+        .join()
+        .await
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))??;
+    drop(stop);
+    Ok(batches)
+}
 
 /// Raised when dropped: the statement that holds it was dropped (or has ended), and the plan's
 /// stoppable parts ([`yielding`]) stop at their next step.
@@ -421,5 +440,62 @@ mod tests {
         let err = result.unwrap().unwrap_err().to_string();
         assert!(err.contains("cancelled"), "{err}");
         eprintln!("stopped {:?} after the drop", started.elapsed());
+    }
+
+    /// An analysis's table function runs its queries while the statement is planned. Dropping
+    /// the statement (Ctrl-C in the shell) ends all of its work within a second, even a query
+    /// that never returns from a poll; before, that query went on until its plan ended.
+    #[test]
+    fn an_analysis_stops_when_its_statement_is_dropped() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = datafusion::prelude::SessionConfig::new().with_target_partitions(1);
+        let ctx = SessionContext::new_with_config(config);
+        let analysis = crate::analyses::LazyTable {
+            name: "endless",
+            schema: Arc::new(Schema::new(vec![datafusion::arrow::datatypes::Field::new(
+                "n",
+                datafusion::arrow::datatypes::DataType::Int64,
+                false,
+            )])),
+            compute: Arc::new(|ctx| {
+                Box::pin(async move {
+                    // Hours of a nested-loop join whose filter never matches.
+                    crate::analyses::data::collect(
+                        &ctx,
+                        "SELECT count(*) AS n FROM generate_series(1, 200000) a(v), \
+                         generate_series(1, 200000) b(v) WHERE a.v + b.v < 0",
+                    )
+                    .await
+                })
+            }),
+        };
+        ctx.register_table("endless", Arc::new(analysis)).unwrap();
+        let statement = runtime.spawn(async move {
+            let df = ctx.sql("SELECT * FROM endless").await?;
+            collect(df).await
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let metrics = runtime.metrics();
+        assert!(
+            metrics.num_alive_tasks() >= 2,
+            "the analysis is not running: {} tasks",
+            metrics.num_alive_tasks()
+        );
+        statement.abort();
+        let dropped = Instant::now();
+        while metrics.num_alive_tasks() > 0 {
+            assert!(
+                dropped.elapsed() < Duration::from_secs(1),
+                "{} tasks still running {:?} after the statement was dropped",
+                metrics.num_alive_tasks(),
+                dropped.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("all work ended {:?} after the drop", dropped.elapsed());
     }
 }
