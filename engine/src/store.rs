@@ -1,5 +1,11 @@
 //! Opening a store, reading its newest manifest, and committing new versions.
 //!
+//! Writers stage files in directories of their own ([`staging`]) without any lock, and take
+//! the store's lock only to commit: under it a commit reads the newest version, applies its
+//! change to it (a run added or appended to, parts merged, tags set), places its files and
+//! writes the next version. A long ingest or a watch that appends for hours therefore never
+//! keeps other writers out for longer than a commit.
+//!
 //! Data files live under `_data/<table>/run=<id>/`, where they stay while any version kept
 //! for readers names them; the Hive tree `<table>/run=<id>/` holds hard links to the newest
 //! version's files only, so that another engine's glob over it counts what gpuq counts.
@@ -35,7 +41,9 @@ pub const AUTO_COMPACT_PARTS: usize = 8;
 pub const TINY_PART_ROWS: u64 = 1 << 16;
 
 mod lock;
+mod staging;
 pub use lock::DEFAULT_LOCK_TIMEOUT;
+use staging::Staging;
 
 /// A store opened for reading. Cheap to clone; never blocks on writers.
 #[derive(Debug, Clone)]
@@ -158,30 +166,28 @@ impl Store {
         Ok(path)
     }
 
-    /// Takes the single-writer lock (waiting for another writer to finish, up to the store's
-    /// lock timeout, and saying so on stderr) and removes what crashed writers left behind.
+    /// A writer: it stages files in a directory of its own, and takes the store's lock (waiting
+    /// for another writer's commit up to the store's lock timeout, and saying so on stderr)
+    /// only while it commits. Opening one removes what crashed writers left behind, unless
+    /// another writer is committing (which does the same).
     pub fn writer(&self) -> Result<StoreWriter> {
-        let lock = lock::acquire(&self.paths.lock_file(), self.lock_timeout)?;
+        let staging_root = self.paths.staging_dir();
+        refuse_symlink(&staging_root)?;
+        create_real_dir(self.paths.root(), &staging_root)?;
+        let staging = Staging::create(&staging_root)?;
         let base = (*self.manifest()?).clone();
-        let writer = StoreWriter {
+        let mut writer = StoreWriter {
             store: self.clone(),
-            next_seq: AtomicU64::new(base.next_file_seq),
             base,
-            _lock: lock,
+            next_staged: AtomicU64::new(0),
+            staging,
         };
-        writer.collect_garbage()?;
-        let staging = self.paths.staging_dir();
-        fs::create_dir_all(&staging).map_err(Error::io(&staging))?;
+        if let Some(_lock) = lock::try_acquire(&self.paths.lock_file())? {
+            // What the garbage is depends on the newest version: read it under the lock.
+            writer.refresh()?;
+            writer.collect_garbage()?;
+        }
         Ok(writer)
-    }
-}
-
-impl Drop for StoreWriter {
-    /// A writer dropped with staged files (an ingest that failed after writing some parts)
-    /// removes them while it still holds the lock, so a failed command leaves the store as it
-    /// was; after a commit the staging area is empty already.
-    fn drop(&mut self) {
-        self.clear_staging();
     }
 }
 
@@ -269,6 +275,7 @@ fn create_real_dir(root: &Path, dir: &Path) -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct StagedFile {
     pub table: TableKind,
+    /// Its number among the writer's staged files (its part number is given at commit).
     pub seq: u64,
     pub staged_path: PathBuf,
     pub size: u64,
@@ -302,14 +309,16 @@ pub enum PutMode {
     Append,
 }
 
-/// The holder of the single-writer lock. Dropping it without committing leaves the store as
-/// it was; staged files are removed by the next writer.
+/// A writer of the store. It stages files without a lock and commits each change under the
+/// store's lock, against the newest version; dropping it without committing leaves the store as
+/// it was (its staged files go with it, or with the next writer if its process died).
 #[derive(Debug)]
 pub struct StoreWriter {
     store: Store,
+    /// The version this writer last read or committed.
     base: Manifest,
-    next_seq: AtomicU64,
-    _lock: File,
+    next_staged: AtomicU64,
+    staging: Staging,
 }
 
 fn now_ms() -> u64 {
@@ -326,9 +335,16 @@ fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 impl StoreWriter {
-    /// The version this writer builds on.
+    /// The version this writer last read or committed. Its commits apply to the newest
+    /// version, which may be newer (another writer committed since).
     pub fn manifest(&self) -> &Manifest {
         &self.base
+    }
+
+    /// Reads the newest version into [`Self::manifest`].
+    pub fn refresh(&mut self) -> Result<()> {
+        self.base = (*self.store.manifest()?).clone();
+        Ok(())
     }
 
     /// Sorts the rows of `batches` together, writes them as one Parquet file in the staging
@@ -338,7 +354,7 @@ impl StoreWriter {
             part::check_schema(table, b)?;
         }
         let sorted = part::sort_batches(table, batches)?;
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.next_staged.fetch_add(1, Ordering::SeqCst);
         let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
         let written = part::write_parquet(table, &staged_path, &sorted)?;
         Ok(StagedFile::new(table, seq, staged_path, written))
@@ -348,7 +364,7 @@ impl StoreWriter {
     /// run holding content already stored can be committed under another name. The two runs'
     /// files are distinct paths to one inode: removing either run leaves the other whole.
     pub fn link_part(&self, file: &FileEntry) -> Result<StagedFile> {
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.next_staged.fetch_add(1, Ordering::SeqCst);
         let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
         let source = self.store.checked_file_path(&self.base, file)?;
         fs::hard_link(&source, &staged_path).map_err(Error::io(&source))?;
@@ -363,14 +379,16 @@ impl StoreWriter {
         })
     }
 
-    /// A path in the staging area for temporary files of this writer (e.g. spilled batches).
-    /// Whatever is left there is removed by the next writer.
+    /// A path in this writer's staging directory for its temporary files (e.g. spilled
+    /// batches). Whatever is left there is removed with the writer, or by the next writer if
+    /// this one's process died.
     pub fn scratch_path(&self, name: &str) -> PathBuf {
-        self.store.paths.staging_dir().join(name)
+        self.staging.dir().join(name)
     }
 
     /// Commits a run: moves its staged files into place and creates the next manifest version.
-    /// Nothing is visible to readers before the manifest file exists.
+    /// Nothing is visible to readers before the manifest file exists. An append to a run that
+    /// has become fragmented (many tiny parts) is followed by a compaction of the run.
     pub fn put_run(
         &mut self,
         run: &RunId,
@@ -378,8 +396,14 @@ impl StoreWriter {
         staged: Vec<StagedFile>,
         mode: PutMode,
     ) -> Result<u64> {
-        let appended = self.base.runs.contains_key(run) && mode == PutMode::Append;
-        let version = self.put_runs(vec![(run.clone(), meta, staged)], mode)?;
+        let mut appended = false;
+        let version = self.commit(|w, next| {
+            appended = next.runs.contains_key(run) && mode == PutMode::Append;
+            let mut dropped = Vec::new();
+            w.add_run(next, &mut dropped, run, meta, staged, mode)?;
+            Ok(Some(dropped))
+        })?;
+        let version = version.expect("a run is always committed");
         if appended {
             // The append is committed whatever happens here; a failed compaction only leaves
             // the run fragmented until the next one.
@@ -399,12 +423,14 @@ impl StoreWriter {
         runs: Vec<(RunId, RunMeta, Vec<StagedFile>)>,
         mode: PutMode,
     ) -> Result<u64> {
-        let mut next = self.base.clone();
-        let mut dropped = Vec::new();
-        for (run, meta, staged) in runs {
-            self.add_run(&mut next, &mut dropped, &run, meta, staged, mode)?;
-        }
-        self.commit(next, dropped)
+        let version = self.commit(|w, next| {
+            let mut dropped = Vec::new();
+            for (run, meta, staged) in runs {
+                w.add_run(next, &mut dropped, &run, meta, staged, mode)?;
+            }
+            Ok(Some(dropped))
+        })?;
+        Ok(version.expect("runs are always committed"))
     }
 
     /// Puts `run` into `next` (its dropped files into `dropped`).
@@ -444,19 +470,26 @@ impl StoreWriter {
         } else {
             entry.meta.merge(meta);
         }
-        entry.files.extend(self.place(run, staged)?);
+        entry.files.extend(self.place(next, run, staged)?);
         next.runs.insert(run.clone(), entry);
         Ok(())
     }
 
     /// Moves staged files to their final paths under `_data/` for `run` (not yet referenced
-    /// by any version, nor in the Hive tree) and syncs their directories.
-    fn place(&self, run: &RunId, staged: Vec<StagedFile>) -> Result<Vec<FileEntry>> {
+    /// by any version, nor in the Hive tree), numbered from `next`'s next free sequence
+    /// number, and syncs their directories. Called under the store's lock.
+    fn place(
+        &self,
+        next: &mut Manifest,
+        run: &RunId,
+        staged: Vec<StagedFile>,
+    ) -> Result<Vec<FileEntry>> {
         let paths = &self.store.paths;
         let mut dirs = HashSet::new();
         let mut files = Vec::new();
         for file in staged {
-            let rel = StorePaths::part_rel_path(file.table, run, file.seq);
+            let rel = StorePaths::part_rel_path(file.table, run, next.next_file_seq);
+            next.next_file_seq += 1;
             let dest = paths.data_file(&rel);
             let dir = dest.parent().expect("part path has a parent").to_path_buf();
             create_real_dir(paths.root(), &dir)?;
@@ -482,47 +515,62 @@ impl StoreWriter {
         self.remove_runs(std::slice::from_ref(run))
     }
 
-    /// Removes runs in one commit (all or none); their files are deleted after a grace
-    /// period, by a later writer.
+    /// Removes runs in one commit (all or none); their files are deleted after a grace period,
+    /// by a later writer.
     pub fn remove_runs(&mut self, runs: &[RunId]) -> Result<u64> {
-        let mut next = self.base.clone();
-        let mut dropped = Vec::new();
-        for run in runs {
-            let old = next
-                .runs
-                .remove(run)
-                .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
-            dropped.extend(old.files.into_iter().map(|f| f.path));
-        }
-        self.commit(next, dropped)
+        let version = self.commit(|_, next| {
+            let mut dropped = Vec::new();
+            for run in runs {
+                let old = next
+                    .runs
+                    .remove(run)
+                    .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+                dropped.extend(old.files.into_iter().map(|f| f.path));
+            }
+            Ok(Some(dropped))
+        })?;
+        Ok(version.expect("a removal is always committed"))
     }
 
     /// Sets tags of a run (an empty value removes the tag).
     pub fn set_tags(&mut self, run: &RunId, tags: &[(String, String)]) -> Result<u64> {
-        let mut next = self.base.clone();
-        let entry = next
-            .runs
-            .get_mut(run)
-            .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
-        for (k, v) in tags {
-            if v.is_empty() {
-                entry.meta.tags.remove(k);
-            } else {
-                entry.meta.tags.insert(k.clone(), v.clone());
+        let version = self.commit(|_, next| {
+            let entry = next
+                .runs
+                .get_mut(run)
+                .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
+            for (k, v) in tags {
+                if v.is_empty() {
+                    entry.meta.tags.remove(k);
+                } else {
+                    entry.meta.tags.insert(k.clone(), v.clone());
+                }
             }
-        }
-        self.commit(next, Vec::new())
+            Ok(Some(Vec::new()))
+        })?;
+        Ok(version.expect("tags are always committed"))
     }
 
-    /// Creates manifest version `base.version + 1` with create-if-absent semantics:
-    /// write a temporary file, sync it, hard-link it to its final name (fails if that name
-    /// exists), sync the directory. Then brings the Hive tree to the new version (links its
-    /// new files, unlinks the dropped ones): [`Self::collect_garbage`]; a crash before that
-    /// leaves it to the next writer, which does the same on opening.
-    fn commit(&mut self, mut next: Manifest, dropped: Vec<String>) -> Result<u64> {
-        let version = self.base.version + 1;
+    /// Commits one change under the store's lock: reads the newest version, lets `change`
+    /// turn it into the next (placing staged files with [`Self::place`]; it returns the files
+    /// the change drops, or `None` to commit nothing), and creates version `newest + 1` with
+    /// create-if-absent semantics: write a temporary file, sync it, hard-link it to its final
+    /// name (fails if that name exists), sync the directory. Then brings the Hive tree to the
+    /// new version (links its new files, unlinks the dropped ones): [`Self::collect_garbage`];
+    /// a crash before that leaves it to the next writer, which does the same.
+    fn commit(
+        &mut self,
+        change: impl FnOnce(&StoreWriter, &mut Manifest) -> Result<Option<Vec<String>>>,
+    ) -> Result<Option<u64>> {
+        let _lock = lock::acquire(&self.store.paths.lock_file(), self.store.lock_timeout)?;
+        let newest = (*self.store.manifest()?).clone();
+        let mut next = newest.clone();
+        let Some(dropped) = change(self, &mut next)? else {
+            self.base = newest;
+            return Ok(None);
+        };
+        let version = newest.version + 1;
         next.version = version;
-        next.next_file_seq = self.next_seq.load(Ordering::SeqCst);
         let now = now_ms();
         next.tombstones
             .retain(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS);
@@ -531,7 +579,7 @@ impl StoreWriter {
                 path,
                 removed_at_ms: now,
             }));
-        if !self.base.data_area {
+        if !newest.data_area {
             self.link_into_data_area(&next)?;
         }
         next.data_area = true;
@@ -566,20 +614,7 @@ impl StoreWriter {
         self.base = next;
         // Everything below is cleanup: the commit already happened.
         let _ = self.collect_garbage();
-        Ok(version)
-    }
-
-    /// Deletes every file in the staging area (only the lock holder stages files).
-    fn clear_staging(&self) {
-        let staging = self.store.paths.staging_dir();
-        if !is_real_dir(&staging) {
-            return;
-        }
-        if let Ok(entries) = fs::read_dir(staging) {
-            for e in entries.flatten() {
-                let _ = fs::remove_file(e.path());
-            }
-        }
+        Ok(Some(version))
     }
 
     /// Links every file `next` names or keeps for readers into `_data/` (a store written
@@ -609,7 +644,8 @@ impl StoreWriter {
         Ok(())
     }
 
-    /// Deletes what no reader can need: staged files and temporary manifests of dead writers,
+    /// Deletes what no reader can need (called under the store's lock): staged files and
+    /// temporary manifests of dead writers,
     /// data files no version references (a writer that died between rename and commit),
     /// dropped files past their grace period, and manifest versions beyond the newest 20.
     /// Brings the Hive tree to this writer's version: unlinks every file it does not name
@@ -628,7 +664,9 @@ impl StoreWriter {
         ] {
             refuse_symlink(&dir)?;
         }
-        self.clear_staging();
+        if is_real_dir(&paths.staging_dir()) {
+            staging::remove_dead_writers_leftovers(&paths.staging_dir());
+        }
         let mdir = paths.manifest_dir();
         if let Ok(entries) = fs::read_dir(&mdir) {
             for e in entries.flatten() {

@@ -33,6 +33,9 @@ impl StoreWriter {
     /// its files, which are deleted after the grace period. Returns the number of files
     /// merged away (0 when there was nothing to merge).
     pub fn compact_run(&mut self, run: &RunId) -> Result<usize> {
+        // The parts are merged without the store's lock: from the newest version now, and
+        // committed only if the run still has them all then.
+        self.refresh()?;
         let entry = self
             .base
             .runs
@@ -76,14 +79,41 @@ impl StoreWriter {
         if merged.is_empty() {
             return Ok(0);
         }
-        let mut next = self.base.clone();
-        let placed = self.place(run, staged)?;
-        let entry = next.runs.get_mut(run).expect("run checked above");
-        entry.files.retain(|f| !merged.contains(&f.path));
-        entry.files.extend(placed);
         let n = merged.len();
-        self.commit(next, merged.into_iter().collect())?;
-        Ok(n)
+        Ok(if self.commit_merged(run, &merged, staged)? {
+            n
+        } else {
+            0
+        })
+    }
+
+    /// Commits `staged` in place of the parts `merged` of `run`, unless another writer
+    /// replaced or compacted the run since they were read (the merge is then stale, and its
+    /// files are dropped). Whether it committed.
+    pub(super) fn commit_merged(
+        &mut self,
+        run: &RunId,
+        merged: &HashSet<String>,
+        staged: Vec<StagedFile>,
+    ) -> Result<bool> {
+        let committed = self.commit(|w, next| {
+            let still_there = next.runs.get(run).is_some_and(|e| {
+                let paths: HashSet<&str> = e.files.iter().map(|f| f.path.as_str()).collect();
+                merged.iter().all(|p| paths.contains(p.as_str()))
+            });
+            if !still_there {
+                return Ok(None);
+            }
+            let placed = w.place(next, run, staged)?;
+            let entry = next.runs.get_mut(run).expect("run checked above");
+            entry.files.retain(|f| !merged.contains(&f.path));
+            entry.files.extend(placed);
+            Ok(Some(merged.iter().cloned().collect()))
+        })?;
+        if committed.is_none() {
+            self.staging.clear();
+        }
+        Ok(committed.is_some())
     }
 
     /// Compacts `run` when it has more than [`AUTO_COMPACT_PARTS`] parts under
@@ -124,7 +154,7 @@ impl StoreWriter {
                     next.push(one.clone());
                     continue;
                 }
-                let seq = self.next_seq.load(Ordering::SeqCst);
+                let seq = self.next_staged.load(Ordering::SeqCst);
                 let path = self.scratch_path(&format!("merge-{seq:010}-{pass}-{i}.parquet"));
                 let mut out = PartWriter::create(table, &path)?;
                 scratch.push(path.clone());
@@ -142,7 +172,7 @@ impl StoreWriter {
             });
             inputs = next;
         }
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.next_staged.fetch_add(1, Ordering::SeqCst);
         let staged_path = self.scratch_path(&format!("part-{seq:010}.parquet"));
         let mut out = PartWriter::create(table, &staged_path)?;
         merge_sorted(table, &inputs, &mut out)?;

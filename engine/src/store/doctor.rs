@@ -9,10 +9,11 @@
 //!   `next_file_seq` (a reused one would overwrite a file); the Hive tree holds exactly
 //!   the newest version's files;
 //! - no symbolic link where the store keeps its directories and files;
-//! - leftovers when no writer is running: staged files, temporary manifests, and files under
-//!   `_data/` that no kept version names (orphans).
+//! - leftovers when no writer is committing: staged files of dead writers (live writers'
+//!   staging directories are locked by them), temporary manifests, and files under `_data/`
+//!   that no kept version names (orphans).
 //!
-//! What `--repair` does, holding the writer lock:
+//! What `--repair` does, holding the store's commit lock:
 //! - a damaged manifest newer than the newest readable one is moved to `_damaged/`, once
 //!   every file of that readable version has checked whole (so the store reads as that
 //!   version); orphan data files are then moved to `_damaged/` as well, since they may be
@@ -187,12 +188,10 @@ pub fn check(store: &Store, repair: bool) -> crate::Result<Report> {
     }
     let staging = paths.staging_dir();
     if is_real_dir(&staging) {
-        for e in fs::read_dir(&staging)
-            .map_err(Error::io(&staging))?
-            .flatten()
-        {
-            let problem = format!("{} is a staged file of a dead writer", e.path().display());
-            if repair && fs::remove_file(e.path()).is_ok() {
+        // Live writers stage files without the store's lock: only dead writers' count.
+        for leftover in super::staging::dead_writers_leftovers(&staging) {
+            let problem = format!("{} was staged by a dead writer", leftover.display());
+            if repair && super::staging::remove_leftover(&leftover) {
                 report.fixed(problem, "removed it".into());
             } else {
                 report.found(problem);

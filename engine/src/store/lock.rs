@@ -1,4 +1,4 @@
-//! The store's single-writer lock: taken with a bounded wait, and marked with its holder's
+//! The store's commit lock: one writer commits at a time. Taken with a bounded wait, and marked with its holder's
 //! process id so that a writer kept waiting can say whom it waits for.
 
 use crate::error::{Error, Result};
@@ -19,13 +19,7 @@ const RETRY: Duration = Duration::from_millis(50);
 /// another process holds it, and saying so once on stderr. The holder's pid is written into
 /// the file.
 pub(crate) fn acquire(path: &Path, timeout: Option<Duration>) -> Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(Error::io(path))?;
+    let file = open(path)?;
     let start = Instant::now();
     let mut told = false;
     loop {
@@ -60,11 +54,39 @@ pub(crate) fn acquire(path: &Path, timeout: Option<Duration>) -> Result<File> {
             None => RETRY,
         });
     }
+    mark(&file, path)?;
+    Ok(file)
+}
+
+/// Takes the lock on `path` if no one holds it (`None` if someone does), without waiting or
+/// saying anything.
+pub(crate) fn try_acquire(path: &Path) -> Result<Option<File>> {
+    let file = open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(None),
+        Err(TryLockError::Error(e)) => return Err(Error::io(path)(e)),
+    }
+    mark(&file, path)?;
+    Ok(Some(file))
+}
+
+fn open(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(Error::io(path))
+}
+
+/// Writes this process's id into the lock file, for writers kept waiting.
+fn mark(file: &File, path: &Path) -> Result<()> {
     let pid = format!("{}\n", std::process::id());
     file.set_len(0)
         .and_then(|()| file.write_all_at(pid.as_bytes(), 0))
-        .map_err(Error::io(path))?;
-    Ok(file)
+        .map_err(Error::io(path))
 }
 
 /// The pid the lock's holder wrote into the file, if it has yet.

@@ -188,28 +188,138 @@ fn replace_remove_and_tag() {
     ));
 }
 
+/// Writers stage without the store's lock and commit against the newest version: a writer
+/// opened before another's commits neither waits for it nor loses what it committed.
 #[test]
-fn a_second_commit_of_the_same_version_is_a_conflict() {
+fn writers_stage_at_once_and_each_commit_builds_on_the_newest_version() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    // Not waiting for a lock at all: before, the second writer could not even open.
+    let store = Store::open(dir.path())
+        .unwrap()
+        .with_lock_timeout(Some(std::time::Duration::ZERO));
     let mut w = store.writer().unwrap();
-    // Someone else created version 1 behind this writer's back.
-    fs::write(
-        store.paths().manifest_file(1),
-        serde_json::to_vec(&Manifest {
-            version: 1,
-            ..Default::default()
-        })
-        .unwrap(),
-    )
-    .unwrap();
-    let s = w
+    put(&mut w, "kept", &[10], PutMode::Create);
+    // A long-lived writer (a watch) stages, and keeps its writer open.
+    let mut watch = store.writer().unwrap();
+    let first = watch
+        .write_part(TableKind::Counters, vec![counters(7, 0)])
+        .unwrap();
+    // Meanwhile other writers open, commit and close; the watch's staged file survives their
+    // cleanup.
+    let mut other = store.writer().unwrap();
+    put(&mut other, "other", &[5], PutMode::Create);
+    other
+        .set_tags(&run("kept"), &[("k".into(), "v".into())])
+        .unwrap();
+    drop(other);
+    assert!(
+        first.staged_path.exists(),
+        "another writer removed a live writer's file"
+    );
+    let v = watch
+        .put_run(&run("live"), meta("c1"), vec![first], PutMode::Append)
+        .unwrap();
+    assert_eq!(v, 4);
+    // The watch appends again after another writer appended to the same run: both appends
+    // are in it, and so is everything the others committed.
+    let mut other = store.writer().unwrap();
+    put(&mut other, "live", &[3], PutMode::Append);
+    drop(other);
+    let second = watch
+        .write_part(TableKind::Counters, vec![counters(2, 100)])
+        .unwrap();
+    watch
+        .put_run(&run("live"), meta("c2"), vec![second], PutMode::Append)
+        .unwrap();
+    let m = store.manifest().unwrap();
+    assert_eq!(m.version, 6);
+    assert_eq!(
+        m.runs.keys().map(|r| r.as_str()).collect::<Vec<_>>(),
+        ["kept", "live", "other"]
+    );
+    assert_eq!(m.runs[&run("kept")].meta.tags["k"], "v");
+    assert_eq!(counter_rows(&store, &run("live")).len(), 7 + 3 + 2);
+    // Part numbers are never reused across the writers.
+    let named = named_files(&m);
+    let mut numbers: Vec<&str> = named.iter().map(|p| &p[p.rfind('/').unwrap()..]).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!((named.len(), numbers.len()), (5, 5), "{named:?}");
+    assert_eq!(data_files(dir.path()), named);
+    // A run created meanwhile by another writer is still a conflict for `Create`.
+    let mut late = store.writer().unwrap();
+    let s = late
         .write_part(TableKind::Counters, vec![counters(1, 0)])
         .unwrap();
     assert!(matches!(
-        w.put_run(&run("r"), meta("a"), vec![s], PutMode::Create),
-        Err(Error::Conflict(1))
+        late.put_run(&run("other"), meta("x"), vec![s], PutMode::Create),
+        Err(Error::RunExists(_))
     ));
+    drop((w, watch, late));
+    assert_eq!(
+        fs::read_dir(dir.path().join("_staging")).unwrap().count(),
+        0
+    );
+}
+
+/// A commit waits for the lock only while another writer commits; the lock is not held
+/// between commits.
+#[test]
+fn the_store_lock_is_held_only_while_committing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[1], PutMode::Create);
+    let lock = fs::OpenOptions::new()
+        .write(true)
+        .open(store.paths().lock_file())
+        .unwrap();
+    assert!(lock.try_lock().is_ok(), "an open writer holds the lock");
+    // While someone holds it, commits give up after the timeout and change nothing.
+    let mut blocked = Store::open(dir.path())
+        .unwrap()
+        .with_lock_timeout(Some(std::time::Duration::from_millis(100)))
+        .writer()
+        .unwrap();
+    assert!(matches!(
+        blocked.set_tags(&run("a"), &[("k".into(), "v".into())]),
+        Err(Error::LockTimeout { .. })
+    ));
+    drop(lock);
+    blocked
+        .set_tags(&run("a"), &[("k".into(), "v".into())])
+        .unwrap();
+    assert_eq!(store.manifest().unwrap().version, 2);
+}
+
+/// A compaction that merged parts another writer has since replaced commits nothing.
+#[test]
+fn a_compaction_overtaken_by_a_replace_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "r", &[10, 20, 30], PutMode::Create);
+    let mut compactor = store.writer().unwrap();
+    let mut other = store.writer().unwrap();
+    // The compactor has read version 1 and merged its parts when the replace lands.
+    put(&mut other, "r", &[4], PutMode::Replace);
+    let entry = compactor.manifest().runs[&run("r")].clone();
+    assert_eq!(entry.files.len(), 3);
+    let staged = compactor
+        .write_part(TableKind::Counters, vec![counters(60, 0)])
+        .unwrap();
+    let merged: HashSet<String> = entry.files.iter().map(|f| f.path.clone()).collect();
+    assert!(!compactor
+        .commit_merged(&run("r"), &merged, vec![staged.clone()])
+        .unwrap());
+    assert!(
+        !staged.staged_path.exists(),
+        "a stale merge's file is dropped"
+    );
+    assert_eq!(counter_rows(&store, &run("r")).len(), 4);
+    // compact_run itself reads the newest version: nothing to merge in one part.
+    assert_eq!(compactor.compact_run(&run("r")).unwrap(), 0);
+    assert_eq!(store.manifest().unwrap().version, 2);
 }
 
 /// A store with run `r` in version 1 and a damaged version 2 (`{not json`).
