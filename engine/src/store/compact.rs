@@ -33,6 +33,12 @@ impl StoreWriter {
     /// its files, which are deleted after the grace period. Returns the number of files
     /// merged away (0 when there was nothing to merge).
     pub fn compact_run(&mut self, run: &RunId) -> Result<usize> {
+        self.merge_small_parts(run, SMALL_PART_ROWS)
+    }
+
+    /// Merges the parts of `run` under `below` rows, table by table, into sorted parts of up
+    /// to [`COMPACTED_PART_ROWS`] rows in one commit; the number of files merged away.
+    fn merge_small_parts(&mut self, run: &RunId, below: u64) -> Result<usize> {
         // The parts are merged without the store's lock: from the newest version now, and
         // committed only if the run still has them all then.
         self.refresh()?;
@@ -48,7 +54,7 @@ impl StoreWriter {
             let small: Vec<&FileEntry> = entry
                 .files
                 .iter()
-                .filter(|f| f.table == table && f.rows < SMALL_PART_ROWS)
+                .filter(|f| f.table == table && f.rows < below)
                 .collect();
             if small.len() < 2 {
                 continue;
@@ -117,7 +123,11 @@ impl StoreWriter {
     }
 
     /// Compacts `run` when it has more than [`AUTO_COMPACT_PARTS`] parts under
-    /// [`TINY_PART_ROWS`] rows in a table (e.g. after many appends of one step each).
+    /// [`TINY_PART_ROWS`] rows in a table (e.g. after many appends of one step each), merging
+    /// those parts only. A merge that is still tiny is merged again with the next ones; once
+    /// a part has [`TINY_PART_ROWS`] rows it is left as it is, so each row is rewritten a
+    /// bounded number of times however many appends a run receives (merging every small part
+    /// each time rewrote the whole run every few appends).
     pub fn compact_if_fragmented(&mut self, run: &RunId) -> Result<usize> {
         let Some(entry) = self.base.runs.get(run) else {
             return Ok(0);
@@ -131,7 +141,7 @@ impl StoreWriter {
                 > AUTO_COMPACT_PARTS
         });
         if fragmented {
-            self.compact_run(run)
+            self.merge_small_parts(run, TINY_PART_ROWS)
         } else {
             Ok(0)
         }

@@ -902,3 +902,39 @@ fn a_replace_keeps_the_tags_unless_it_gives_new_ones() {
     assert_eq!(tags.len(), 1);
     assert_eq!(tags["branch"], "dev");
 }
+
+/// Automatic compaction merges only the tiny parts: a part that has reached
+/// [`TINY_PART_ROWS`] rows is not rewritten by later appends, so a run of thousands of appends
+/// does not rewrite itself every few appends.
+#[test]
+fn automatic_compaction_leaves_parts_that_are_no_longer_tiny() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "live", &[TINY_PART_ROWS as usize], PutMode::Append);
+    let grown = store.manifest().unwrap().runs[&run("live")].files[0].clone();
+    for i in 0..=AUTO_COMPACT_PARTS {
+        let staged = w
+            .write_part(TableKind::Counters, vec![counters(10, 1 << (30 + i))])
+            .unwrap();
+        w.put_run(
+            &run("live"),
+            meta(&format!("c{i}")),
+            vec![staged],
+            PutMode::Append,
+        )
+        .unwrap();
+    }
+    let files = store.manifest().unwrap().runs[&run("live")].files.clone();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(
+        files.iter().any(|f| f.path == grown.path),
+        "the grown part was rewritten"
+    );
+    assert!(files
+        .iter()
+        .any(|f| f.rows == 10 * (AUTO_COMPACT_PARTS as u64 + 1)));
+    // `gpuq compact` still merges every small part.
+    assert_eq!(w.compact_run(&run("live")).unwrap(), 2);
+    assert_eq!(store.manifest().unwrap().runs[&run("live")].files.len(), 1);
+}
