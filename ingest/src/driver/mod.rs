@@ -69,6 +69,19 @@ pub enum IngestError {
     Store(#[from] gpuq_engine::Error),
 }
 
+impl IngestError {
+    /// Whether the file ended before its trace did (cut short, or still being written): a
+    /// truncated trace, or a compressed stream that stops in the middle. Reading it again once
+    /// it has grown may succeed; any other error stays.
+    pub fn is_truncated(&self) -> bool {
+        match self {
+            IngestError::Trace { error, .. } => error.0.truncated,
+            IngestError::Io { error, .. } => error.kind() == std::io::ErrorKind::UnexpectedEof,
+            _ => false,
+        }
+    }
+}
+
 /// [`TraceError`] as an error type.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -105,6 +118,9 @@ pub struct IngestOptions {
     /// Kineto: host ranges and launch calls attributed at once for a whole file; a file with
     /// more is attributed by windows. Default [`kineto::WHOLE_FILE_LIMIT`].
     pub whole_file_limit: Option<usize>,
+    /// The rank of every file but stage logs, instead of the one it declares or its position
+    /// among the run's files (e.g. taken from the file name by `gpuq watch --rank-from path`).
+    pub rank: Option<i32>,
 }
 
 /// Per-file progress, for a progress bar.
@@ -486,6 +502,7 @@ fn ingest_run(
             &writer,
             parsed,
             spools,
+            opts.rank.filter(|_| src.format != Format::StageLog),
             fallback_rank,
             gpu,
             &scratch,
@@ -909,24 +926,29 @@ struct WindowScratch {
 
 /// Attributes, sorts and writes one parsed file (and reads its remaining GPU tables straight
 /// into parts); returns its staged files and metadata.
+#[allow(clippy::too_many_arguments)]
 fn finish_file(
     writer: &gpuq_engine::StoreWriter,
     mut parsed: ParsedTrace,
     (spool, counter_spool): (Spool, Spool),
+    forced_rank: Option<i32>,
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
     scratch: &WindowScratch,
     redactor: &redact::Redactor,
 ) -> Result<FinishedFile, IngestError> {
-    let declared_rank = parsed
-        .top_level
-        .get("distributedInfo")
-        .and_then(|d| d.get("rank"))
-        .and_then(|r| {
-            r.as_i64()
-                .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
-        })
-        .map(|r| r as i32);
+    // A rank given by the user counts as declared: it is the file's own, not a position.
+    let declared_rank = forced_rank.or_else(|| {
+        parsed
+            .top_level
+            .get("distributedInfo")
+            .and_then(|d| d.get("rank"))
+            .and_then(|r| {
+                r.as_i64()
+                    .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
+            })
+            .map(|r| r as i32)
+    });
     let rank = declared_rank.or(fallback_rank);
     let time_base_ns = parsed.time_base_ns;
     let host = std::mem::take(&mut parsed.host);
