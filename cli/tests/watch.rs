@@ -60,6 +60,13 @@ fn spawn_watch(store: &Path, dir: &Path, args: &[&str]) -> (Child, mpsc::Receive
     (child, rx)
 }
 
+/// `gpuq watch DIR --run live --once ARGS...`, waited for.
+fn watch_once(store: &Path, dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["watch", dir.to_str().unwrap(), "--run", "live", "--once"];
+    all.extend(args);
+    gpuq(store, &all)
+}
+
 /// Waits for a line starting with `prefix` (up to 60 s); returns the lines seen until then.
 fn wait_for(rx: &mpsc::Receiver<String>, prefix: &str, seen: &mut Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -184,17 +191,7 @@ fn cycles_appear_whole_while_written_and_a_restart_equals_one_ingest() {
         let bytes = std::fs::read(&cycles[1]).unwrap();
         write_slowly(&dir.join(names[1]), &bytes, 5, Duration::from_millis(100));
         // A bad file: reported with its position, skipped.
-        // A timestamp that is no number.
-        let mut bad = std::fs::read(&cycles[3]).unwrap();
-        let find = |from: usize, what: &[u8]| {
-            from + bad[from..]
-                .windows(what.len())
-                .position(|w| w == what)
-                .unwrap()
-        };
-        let ts = find(find(bad.len() / 2, b"{\"ph\": \"X\""), b"\"ts\": ") + 6;
-        let end = find(ts, b",");
-        bad.splice(ts..end, *b"\"abc\"");
+        let bad = gpuq_testkit::with_bad_timestamp(&std::fs::read(&cycles[3]).unwrap());
         std::fs::write(dir.join("worker0.1999.pt.trace.json"), &bad).unwrap();
         std::fs::copy(&cycles[2], dir.join(names[2])).unwrap();
         wait_for(
@@ -240,18 +237,7 @@ fn cycles_appear_whole_while_written_and_a_restart_equals_one_ingest() {
     std::thread::sleep(Duration::from_millis(350));
     watch.kill().unwrap();
     watch.wait().unwrap();
-    let o = gpuq(
-        &store,
-        &[
-            "watch",
-            dir.to_str().unwrap(),
-            "--run",
-            "live",
-            "--once",
-            "--settle",
-            "100ms",
-        ],
-    );
+    let o = watch_once(&store, &dir, &["--settle", "100ms"]);
     // The bad file is still bad: --once fails, after storing the rest.
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
@@ -293,14 +279,10 @@ fn once_reports_incomplete_files_and_exits_zero_and_sigterm_stops_the_watch_clea
     let bytes = std::fs::read(&whole).unwrap();
     std::fs::write(dir.join("rank-4.json"), &bytes[..bytes.len() / 2]).unwrap();
     std::fs::write(dir.join(".rank-5.json.tmp"), &bytes[..10]).unwrap();
-    let o = gpuq(
+    let o = watch_once(
         &store,
+        &dir,
         &[
-            "watch",
-            dir.to_str().unwrap(),
-            "--run",
-            "live",
-            "--once",
             "--settle",
             "50ms",
             "--rank-from",

@@ -605,18 +605,7 @@ fn a_trace_cut_short_is_a_truncated_error_and_a_damaged_one_is_not() {
     let e = attempt("cut.json.gz", &gz[..gz.len() / 2]);
     assert!(e.is_truncated(), "{e}");
     // A timestamp that is no number: damaged, not cut short.
-    let mut bad = text.clone();
-    let event = bad.len() / 2 + find(&bad[bad.len() / 2..], b"{\"ph\": \"X\"");
-    let ts = event + find(&bad[event..], b"\"ts\": ") + 6;
-    let end = ts + find(&bad[ts..], b",");
-    bad.splice(ts..end, *b"\"abc\"");
+    let bad = gpuq_testkit::with_bad_timestamp(&text);
     let e = attempt("bad.json", &bad);
     assert!(!e.is_truncated(), "{e}");
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .unwrap()
 }

@@ -179,17 +179,7 @@ fn a_file_written_in_pieces_is_stored_once_whole() {
 #[test]
 fn a_bad_file_is_reported_once_with_its_position_and_the_watch_goes_on() {
     let f = fixture();
-    // A timestamp that is no number.
-    let mut bad = cycle(0);
-    let find = |from: usize, what: &[u8]| {
-        from + bad[from..]
-            .windows(what.len())
-            .position(|w| w == what)
-            .unwrap()
-    };
-    let ts = find(find(bad.len() / 2, b"{\"ph\": \"X\""), b"\"ts\": ") + 6;
-    let end = find(ts, b",");
-    bad.splice(ts..end, *b"\"abc\"");
+    let bad = gpuq_testkit::with_bad_timestamp(&cycle(0));
     std::fs::write(f.dir.join("a_bad.json"), &bad).unwrap();
     std::fs::write(f.dir.join("b_good.json"), cycle(2)).unwrap();
     std::fs::write(f.dir.join("notes.txt"), "not a trace at all\n").unwrap();
