@@ -202,6 +202,9 @@ fn cycles_appear_whole_while_written_and_a_restart_equals_one_ingest() {
         reading.store(false, Ordering::SeqCst);
         let counts: Vec<u64> = reader.join().unwrap();
         let all: String = lines.join("\n");
+        // Each stored line says the highest step of its cycle (2 steps from 2 * i).
+        assert!(all.contains("steps up to 1 "), "{all}");
+        assert!(all.contains("steps up to 5 "), "{all}");
         assert!(
             all.contains(&format!("stored {}", dir.join(names[1]).display())),
             "{all}"

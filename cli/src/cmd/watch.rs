@@ -116,10 +116,14 @@ impl WatchReporter for Lines {
         match event {
             WatchEvent::Stored { path, report } => self.say(
                 &format!(
-                    "stored {}: {} events, {} kernels (run {})",
+                    "stored {}: {} events, {} kernels{} (run {})",
                     path.display(),
                     report.events,
                     report.kernels,
+                    report
+                        .last_step
+                        .map(|n| format!(", steps up to {n}"))
+                        .unwrap_or_default(),
                     report.run
                 ),
                 false,
@@ -151,8 +155,12 @@ impl WatchReporter for Lines {
 
     fn status(&mut self, s: WatchStatus) {
         if let Some(b) = &self.bar {
+            let step = s
+                .last_step
+                .map(|n| format!(", last step {n}"))
+                .unwrap_or_default();
             b.set_message(format!(
-                "{} files seen, {} stored, {} waiting, {} failed",
+                "{} files seen, {} stored, {} waiting, {} failed{step}",
                 s.seen, s.stored, s.waiting, s.failed
             ));
         }

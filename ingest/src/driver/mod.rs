@@ -157,6 +157,8 @@ pub struct RunReport {
     /// This file was to be part of run `.0` but is a run of its own, because `.1` (the
     /// files did not look like one job).
     pub split_from: Option<(RunId, String)>,
+    /// The highest step number of the events this ingest stored (not of the whole run).
+    pub last_step: Option<i64>,
 }
 
 impl RunReport {
@@ -177,6 +179,7 @@ impl RunReport {
             version: None,
             shared_from: None,
             split_from: None,
+            last_step: None,
         }
     }
 
@@ -382,6 +385,7 @@ struct IngestedFile {
     positional_rank: bool,
     redacted: usize,
     seconds: f64,
+    last_step: Option<i64>,
 }
 
 /// Ingests `sources` as `run`: skips content the run (or, without `--run`, any run) holds
@@ -537,6 +541,7 @@ fn ingest_run(
             positional_rank: file.declared_rank.is_none() && file.rank.is_some(),
             redacted: file.redacted,
             seconds: file_started.elapsed().as_secs_f64(),
+            last_step: file.last_step,
         });
     }
     if done.is_empty() {
@@ -589,6 +594,7 @@ fn ingest_run(
         let src = &sources[file.source];
         staged.extend(file.staged);
         report.redacted += file.redacted;
+        report.last_step = report.last_step.max(file.last_step);
         report.input_bytes += src.size;
         report.content_bytes += src.content_bytes();
         // A rocprofv3 output counts its CSV files.
@@ -785,6 +791,7 @@ fn split_run(
         report.input_bytes = src.size;
         report.content_bytes = src.content_bytes();
         report.seconds = file.seconds;
+        report.last_step = file.last_step;
         report.split_from = Some((run.clone(), why.to_string()));
         reports.push(report);
         runs.push((name, meta, file.staged));
@@ -902,6 +909,7 @@ struct FinishedFile {
     /// The rank the trace itself declares (`rank` may be the fallback by position).
     declared_rank: Option<i32>,
     redacted: usize,
+    last_step: Option<i64>,
 }
 
 /// Tables of a file still to read once its rows can be attributed (nsys GPU tables).
@@ -1072,6 +1080,7 @@ fn finish_file(
         rank,
         declared_rank,
         redacted,
+        last_step: facts.last_step,
     })
 }
 

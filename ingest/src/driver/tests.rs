@@ -609,3 +609,25 @@ fn a_trace_cut_short_is_a_truncated_error_and_a_damaged_one_is_not() {
     let e = attempt("bad.json", &bad);
     assert!(!e.is_truncated(), "{e}");
 }
+
+#[test]
+fn the_report_says_the_highest_step_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let opts = IngestOptions {
+        run: Some(RunId::new("r").unwrap()),
+        ..Default::default()
+    };
+    for (first_step, last) in [(10, 12), (3, 5)] {
+        let trace = dir.path().join(format!("from{first_step}.json"));
+        let cfg = gpuq_synth::SynthConfig {
+            steps: 3,
+            first_step,
+            ..gpuq_synth::SynthConfig::small()
+        };
+        gpuq_synth::write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
+        let reports = ingest(&store, &[trace], &opts, &NoProgress).unwrap();
+        // This ingest's steps, not the run's: the second append has lower numbers.
+        assert_eq!(reports[0].last_step, Some(last), "from {first_step}");
+    }
+}

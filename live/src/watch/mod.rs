@@ -128,6 +128,8 @@ pub struct WatchStatus {
     /// Files not complete yet.
     pub waiting: usize,
     pub failed: usize,
+    /// The highest step number stored by this watch.
+    pub last_step: Option<i64>,
 }
 
 /// Where the watch reports what it does.
@@ -148,6 +150,8 @@ pub struct WatchSummary {
     pub failed: usize,
     /// Files left incomplete.
     pub incomplete: usize,
+    /// The highest step number stored.
+    pub last_step: Option<i64>,
 }
 
 /// Watches `opts.dir` and appends each finished trace file to `opts.run`, until `stop` is
@@ -203,7 +207,7 @@ pub fn watch(
             summary.incomplete += 1;
             reporter.event(WatchEvent::Incomplete { path: &path });
         }
-        reporter.status(status(&tracker));
+        reporter.status(status(&tracker, summary.last_step));
         if opts.once && tracker.count(State::Waiting) == 0 {
             for path in tracker.incomplete() {
                 summary.incomplete += 1;
@@ -350,6 +354,7 @@ fn append(
                 }
                 _ => {
                     summary.stored += 1;
+                    summary.last_step = summary.last_step.max(report.last_step);
                     reporter.event(WatchEvent::Stored { path, report });
                 }
             }
@@ -385,8 +390,9 @@ fn fail(
     Ok(())
 }
 
-fn status(tracker: &Tracker) -> WatchStatus {
+fn status(tracker: &Tracker, last_step: Option<i64>) -> WatchStatus {
     WatchStatus {
+        last_step,
         seen: tracker.seen(),
         stored: tracker.count(State::Stored),
         waiting: tracker.count(State::Waiting) + tracker.count(State::Truncated),
