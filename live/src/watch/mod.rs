@@ -6,9 +6,10 @@
 //! A file is read once its size and modification time have not changed for the settle time
 //! ([`tracker`]) and it ingests: one found cut short is read again when it changes, and
 //! reported once it stays so past a timeout; a bad one is reported and skipped. Files the
-//! run already holds (its sources in the newest manifest, by path and size) are not read
-//! again, so a restarted watch resumes where it stopped; ingest's own check of content
-//! hashes is the safety net.
+//! run already holds (its sources in the newest manifest, by path) are not read again, so a
+//! restarted watch resumes where it stopped; ingest's own check of content hashes is the
+//! safety net. A stored file that changes (found at another size) is reported, never read
+//! again: its first rows would be stored twice.
 
 mod names;
 mod tracker;
@@ -288,11 +289,9 @@ fn scan(
         match tracker.observe(&path, seen, now) {
             Seen::New => activity = true,
             Seen::Resumed => summary.resumed += 1,
-            Seen::Changed => {
-                activity = true;
-                if tracker.state(&path) == Some(State::Stored) {
-                    reporter.event(WatchEvent::ChangedAfterStore { path: &path });
-                }
+            Seen::Changed => activity = true,
+            Seen::ChangedAfterStore => {
+                reporter.event(WatchEvent::ChangedAfterStore { path: &path });
             }
             Seen::Same => {}
         }

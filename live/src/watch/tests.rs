@@ -226,3 +226,20 @@ fn ranks_come_from_file_names_when_asked() {
     let meta = &manifest.runs[&f.opts.run].meta;
     assert_eq!(meta.ranks, [3, 5]);
 }
+
+#[test]
+fn a_stored_file_that_grows_is_reported_once_and_not_stored_again_even_after_a_restart() {
+    let f = fixture();
+    let path = f.dir.join("w.1.pt.trace.json");
+    std::fs::write(&path, cycle(0)).unwrap();
+    let lines = Lines::default();
+    assert_eq!(f.run_once(&lines).stored, 1);
+    lines.take();
+    let mut grown = cycle(0);
+    grown.extend_from_slice(b"\n\n");
+    std::fs::write(&path, &grown).unwrap();
+    let s = f.run_once(&lines);
+    assert_eq!((s.stored, s.resumed, s.duplicates), (0, 0, 0));
+    assert_eq!(lines.take(), ["changed w.1.pt.trace.json"]);
+    assert_eq!(f.sources(), ["w.1.pt.trace.json"]);
+}

@@ -3,7 +3,7 @@
 //! it gave, and which files the run already holds (seeded from the run's sources, so that a
 //! restarted watch reads none of them again).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -40,6 +40,9 @@ pub enum Seen {
     Resumed,
     /// Its size or modification time changed.
     Changed,
+    /// A stored file changed, for the first time since it was stored (said once: a file that
+    /// keeps growing would say it on every scan).
+    ChangedAfterStore,
     /// As before.
     Same,
 }
@@ -50,14 +53,16 @@ struct Tracked {
     /// When the current size and modification time were first seen.
     since: Instant,
     state: State,
+    /// It changed after it was stored, and that was said.
+    change_said: bool,
 }
 
 /// The files of one watched directory.
 #[derive(Debug)]
 pub struct Tracker {
     files: BTreeMap<PathBuf, Tracked>,
-    /// The run's sources: (path as stored, bytes).
-    in_run: HashSet<(String, u64)>,
+    /// The run's sources: path as stored -> bytes.
+    in_run: HashMap<String, u64>,
     settle: Duration,
     incomplete_after: Duration,
 }
@@ -81,12 +86,13 @@ impl Tracker {
     pub fn observe(&mut self, path: &Path, seen: Observed, now: Instant) -> Seen {
         match self.files.get_mut(path) {
             None => {
-                let key = (path.display().to_string(), seen.size);
-                let resumed = self.in_run.contains(&key);
-                let state = if resumed {
-                    State::Stored
-                } else {
-                    State::Waiting
+                // A stored path is not read again even at another size: a file that grew
+                // after it was stored would have its first rows stored twice.
+                let stored = self.in_run.get(&path.display().to_string());
+                let (state, said) = match stored {
+                    Some(&bytes) if bytes == seen.size => (State::Stored, Seen::Resumed),
+                    Some(_) => (State::Stored, Seen::ChangedAfterStore),
+                    None => (State::Waiting, Seen::New),
                 };
                 self.files.insert(
                     path.to_path_buf(),
@@ -94,13 +100,10 @@ impl Tracker {
                         seen,
                         since: now,
                         state,
+                        change_said: said == Seen::ChangedAfterStore,
                     },
                 );
-                if resumed {
-                    Seen::Resumed
-                } else {
-                    Seen::New
-                }
+                said
             }
             Some(t) if t.seen == seen => Seen::Same,
             Some(t) => {
@@ -110,8 +113,13 @@ impl Tracker {
                 // not read twice (its rows would be stored twice).
                 if t.state != State::Stored {
                     t.state = State::Waiting;
+                    Seen::Changed
+                } else if !t.change_said {
+                    t.change_said = true;
+                    Seen::ChangedAfterStore
+                } else {
+                    Seen::Same
                 }
-                Seen::Changed
             }
         }
     }
@@ -125,12 +133,12 @@ impl Tracker {
         if let Some(t) = self.files.get_mut(path) {
             t.state = state;
             if state == State::Stored {
-                self.in_run
-                    .insert((path.display().to_string(), t.seen.size));
+                self.in_run.insert(path.display().to_string(), t.seen.size);
             }
         }
     }
 
+    #[cfg(test)]
     pub fn state(&self, path: &Path) -> Option<State> {
         self.files.get(path).map(|t| t.state)
     }
@@ -288,13 +296,19 @@ mod tests {
         let wall = SystemTime::now() - SETTLE * 2;
         let held = Path::new("/d/w0.json");
         assert_eq!(t.observe(held, at(10, wall), now), Seen::Resumed);
-        // The same path with another size is another file: read it.
-        let other = Path::new("/d/w1.json");
+        // A stored path found at another size grew after it was stored: said, not read.
+        let grown = Path::new("/d/w1.json");
         let mut t2 = Tracker::new(SETTLE, TIMEOUT, [("/d/w1.json".to_string(), 5u64)]);
-        assert_eq!(t2.observe(other, at(10, wall), now), Seen::New);
+        assert_eq!(
+            t2.observe(grown, at(10, wall), now),
+            Seen::ChangedAfterStore
+        );
+        assert_eq!(t2.observe(grown, at(15, wall), now), Seen::Same);
+        assert_eq!(t2.state(grown), Some(State::Stored));
         assert!(t.ready(now, SystemTime::now()).is_empty());
-        // A stored file that changes is not read again.
-        assert_eq!(t.observe(held, at(20, wall), now), Seen::Changed);
+        // A stored file that changes is not read again, and that is said once.
+        assert_eq!(t.observe(held, at(20, wall), now), Seen::ChangedAfterStore);
+        assert_eq!(t.observe(held, at(30, wall), now), Seen::Same);
         assert_eq!(t.state(held), Some(State::Stored));
         assert!(t.ready(now + SETTLE * 2, SystemTime::now()).is_empty());
     }
