@@ -303,6 +303,40 @@ pub enum Command {
         #[arg(long, default_value_t = 20)]
         steps: u32,
     },
+    /// Append each finished trace file a job writes into DIR to run NAME, as it is written
+    /// (Kineto cycles, on-demand traces, Nsight Systems exports, rocprofv3 tables, stage logs)
+    Watch {
+        /// Directory the job writes trace files into
+        dir: PathBuf,
+        /// Run to append to (the first file creates it)
+        #[arg(long)]
+        run: String,
+        /// Tag the run: KEY=VALUE (repeatable)
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+        /// Where a file's rank comes from: the trace (Kineto distributedInfo) or the file
+        /// name (worker3.*, rank-3.*, rank_3.*, rank3.*)
+        #[arg(long, value_enum, default_value_t = RankFromArg::Trace)]
+        rank_from: RankFromArg,
+        /// Read the files there are (waiting for those still written to), report those still
+        /// incomplete, and exit (0 when no file failed)
+        #[arg(long)]
+        once: bool,
+        /// Exit after this long without a new or growing file (e.g. 30s, 10min)
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        idle_exit: Option<i64>,
+        /// Find changes by rescanning the directory, not by inotify (network file systems,
+        /// where inotify does not see other machines' writes)
+        #[arg(long)]
+        poll: bool,
+        /// How long a file's size and modification time must stay unchanged before it is read
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+        settle: i64,
+        /// How long a truncated file may stay unchanged before it is reported as incomplete
+        /// and left alone
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5min")]
+        incomplete_after: i64,
+    },
     /// Write a synthetic Kineto trace or Nsight Systems export (for tests and benchmarks)
     Generate {
         /// Output file ('.gz' / '.zst' suffix compresses Kineto JSON)
@@ -324,6 +358,10 @@ pub enum Command {
         /// Kineto: profiler steps [default: 20, or as many as --bytes needs]
         #[arg(long)]
         steps: Option<u32>,
+        /// Kineto: the number of the first ProfilerStep#N (a later profiling cycle of a job
+        /// goes on numbering its steps) [default: 5]
+        #[arg(long, value_name = "N")]
+        first_step: Option<u32>,
         /// Kineto: every kernel of a shape takes the same time (before --jitter), as real
         /// kernels nearly do; without it durations spread over a wide range
         #[arg(long)]
@@ -385,6 +423,13 @@ pub enum GenerateFormat {
     Kineto,
     /// Nsight Systems SQLite export (schema 3.25)
     Nsys,
+}
+
+/// Where `gpuq watch` takes a file's rank from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RankFromArg {
+    Trace,
+    Path,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -50,7 +50,10 @@ fn die_quietly_on_closed_pipes() {
 fn main() -> ExitCode {
     die_quietly_on_closed_pipes();
     let cli = args::Cli::parse();
-    if matches!(cli.command, args::Command::Ingest { .. }) {
+    if matches!(
+        cli.command,
+        args::Command::Ingest { .. } | args::Command::Watch { .. }
+    ) {
         tune_malloc_for_ingest();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()

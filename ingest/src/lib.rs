@@ -21,6 +21,7 @@ pub use formats::detect::Format;
 pub use formats::nsys::step_pattern;
 pub use formats::stagelog::zone::LogZone;
 pub use redact::{redact_text, tag as redact_tag};
+pub use source::detect_format;
 
 /// The parsers below the driver, for the fuzz targets and property tests
 /// (`tests/src/fuzz.rs`): not a stable interface.

@@ -44,6 +44,12 @@ pub fn detect(path: &Path) -> Result<(Compression, Format), DetectError> {
     format_of(&text[..m], compression == Compression::None).map(|format| (compression, format))
 }
 
+/// The format a file holds, as `ingest` detects it; `None` when the file is unreadable or
+/// no format is recognised (for callers that choose trace files among others).
+pub fn detect_format(path: &Path) -> Option<Format> {
+    detect(path).ok().map(|(_, format)| format)
+}
+
 pub(crate) fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {

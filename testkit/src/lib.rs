@@ -1,6 +1,6 @@
 //! Helpers shared by gpuq's tests (a dev-dependency only): where the real traces are
 //! ([`shared_traces`], [`trace_files`]) and readers of Arrow columns as plain values
-//! ([`strings`], [`ints`]).
+//! ([`strings`], [`ints`]), and a damaged trace ([`with_bad_timestamp`]).
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
@@ -84,4 +84,20 @@ pub fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
             .collect(),
         _ => c.as_primitive::<Int64Type>().iter().collect(),
     }
+}
+
+/// Kineto JSON `trace` damaged but not cut short: the `ts` of a complete (`X`) event in its
+/// second half becomes a string, which ingest refuses with the byte position.
+pub fn with_bad_timestamp(trace: &[u8]) -> Vec<u8> {
+    let find = |from: usize, what: &[u8]| {
+        from + trace[from..]
+            .windows(what.len())
+            .position(|w| w == what)
+            .expect("a complete event with a timestamp in the second half")
+    };
+    let ts = find(find(trace.len() / 2, b"{\"ph\": \"X\""), b"\"ts\": ") + 6;
+    let end = find(ts, b",");
+    let mut bad = trace.to_vec();
+    bad.splice(ts..end, *b"\"abc\"");
+    bad
 }

@@ -20,6 +20,7 @@ pub(super) fn kineto(
     seed: u64,
     rank: Option<i32>,
     steps: Option<u32>,
+    first_step: Option<u32>,
     jitter: u32,
     repeat: u64,
     scale_kernel: Option<String>,
@@ -33,6 +34,9 @@ pub(super) fn kineto(
     cfg.rank = rank;
     if let Some(n) = steps {
         cfg.steps = n;
+    }
+    if let Some(n) = first_step {
+        cfg.first_step = n;
     }
     cfg.jitter_pct = jitter;
     cfg.steady = steady;

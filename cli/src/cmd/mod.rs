@@ -6,6 +6,7 @@ mod history;
 mod ingest;
 mod runs;
 mod sql;
+mod watch;
 
 use crate::args::{store_dir, Cli, Command, GenerateFormat};
 use crate::exec::{load_class_rules, open_session, open_store, set_lock_timeout};
@@ -44,6 +45,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 merge_unrelated,
             )?;
             ingest::run(store_path, &paths, &opts, quiet)
+        }
+        Command::Watch {
+            dir,
+            run,
+            tags,
+            rank_from,
+            once,
+            idle_exit,
+            poll,
+            settle,
+            incomplete_after,
+        } => {
+            let opts = watch::options(
+                dir,
+                run,
+                &tags,
+                rank_from,
+                once,
+                idle_exit,
+                poll,
+                settle,
+                incomplete_after,
+            )?;
+            watch::run(store_path, opts).await
         }
         Command::Query {
             sql,
@@ -176,6 +201,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
             rank,
             steps,
+            first_step,
             jitter,
             repeat,
             scale_kernel,
@@ -187,6 +213,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
             rank,
             steps,
+            first_step,
             jitter,
             repeat,
             scale_kernel,

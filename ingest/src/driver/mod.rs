@@ -69,6 +69,19 @@ pub enum IngestError {
     Store(#[from] gpuq_engine::Error),
 }
 
+impl IngestError {
+    /// Whether the file ended before its trace did (cut short, or still being written): a
+    /// truncated trace, or a compressed stream that stops in the middle. Reading it again once
+    /// it has grown may succeed; any other error stays.
+    pub fn is_truncated(&self) -> bool {
+        match self {
+            IngestError::Trace { error, .. } => error.0.truncated,
+            IngestError::Io { error, .. } => error.kind() == std::io::ErrorKind::UnexpectedEof,
+            _ => false,
+        }
+    }
+}
+
 /// [`TraceError`] as an error type.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -105,6 +118,9 @@ pub struct IngestOptions {
     /// Kineto: host ranges and launch calls attributed at once for a whole file; a file with
     /// more is attributed by windows. Default [`kineto::WHOLE_FILE_LIMIT`].
     pub whole_file_limit: Option<usize>,
+    /// The rank of every file but stage logs, instead of the one it declares or its position
+    /// among the run's files (e.g. taken from the file name by `gpuq watch --rank-from path`).
+    pub rank: Option<i32>,
 }
 
 /// Per-file progress, for a progress bar.
@@ -141,6 +157,8 @@ pub struct RunReport {
     /// This file was to be part of run `.0` but is a run of its own, because `.1` (the
     /// files did not look like one job).
     pub split_from: Option<(RunId, String)>,
+    /// The highest step number of the events this ingest stored (not of the whole run).
+    pub last_step: Option<i64>,
 }
 
 impl RunReport {
@@ -161,6 +179,7 @@ impl RunReport {
             version: None,
             shared_from: None,
             split_from: None,
+            last_step: None,
         }
     }
 
@@ -366,6 +385,7 @@ struct IngestedFile {
     positional_rank: bool,
     redacted: usize,
     seconds: f64,
+    last_step: Option<i64>,
 }
 
 /// Ingests `sources` as `run`: skips content the run (or, without `--run`, any run) holds
@@ -486,6 +506,7 @@ fn ingest_run(
             &writer,
             parsed,
             spools,
+            opts.rank.filter(|_| src.format != Format::StageLog),
             fallback_rank,
             gpu,
             &scratch,
@@ -520,6 +541,7 @@ fn ingest_run(
             positional_rank: file.declared_rank.is_none() && file.rank.is_some(),
             redacted: file.redacted,
             seconds: file_started.elapsed().as_secs_f64(),
+            last_step: file.last_step,
         });
     }
     if done.is_empty() {
@@ -572,6 +594,7 @@ fn ingest_run(
         let src = &sources[file.source];
         staged.extend(file.staged);
         report.redacted += file.redacted;
+        report.last_step = report.last_step.max(file.last_step);
         report.input_bytes += src.size;
         report.content_bytes += src.content_bytes();
         // A rocprofv3 output counts its CSV files.
@@ -768,6 +791,7 @@ fn split_run(
         report.input_bytes = src.size;
         report.content_bytes = src.content_bytes();
         report.seconds = file.seconds;
+        report.last_step = file.last_step;
         report.split_from = Some((run.clone(), why.to_string()));
         reports.push(report);
         runs.push((name, meta, file.staged));
@@ -885,6 +909,7 @@ struct FinishedFile {
     /// The rank the trace itself declares (`rank` may be the fallback by position).
     declared_rank: Option<i32>,
     redacted: usize,
+    last_step: Option<i64>,
 }
 
 /// Tables of a file still to read once its rows can be attributed (nsys GPU tables).
@@ -909,24 +934,29 @@ struct WindowScratch {
 
 /// Attributes, sorts and writes one parsed file (and reads its remaining GPU tables straight
 /// into parts); returns its staged files and metadata.
+#[allow(clippy::too_many_arguments)]
 fn finish_file(
     writer: &gpuq_engine::StoreWriter,
     mut parsed: ParsedTrace,
     (spool, counter_spool): (Spool, Spool),
+    forced_rank: Option<i32>,
     fallback_rank: Option<i32>,
     gpu: Option<GpuInput<'_>>,
     scratch: &WindowScratch,
     redactor: &redact::Redactor,
 ) -> Result<FinishedFile, IngestError> {
-    let declared_rank = parsed
-        .top_level
-        .get("distributedInfo")
-        .and_then(|d| d.get("rank"))
-        .and_then(|r| {
-            r.as_i64()
-                .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
-        })
-        .map(|r| r as i32);
+    // A rank given by the user counts as declared: it is the file's own, not a position.
+    let declared_rank = forced_rank.or_else(|| {
+        parsed
+            .top_level
+            .get("distributedInfo")
+            .and_then(|d| d.get("rank"))
+            .and_then(|r| {
+                r.as_i64()
+                    .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
+            })
+            .map(|r| r as i32)
+    });
     let rank = declared_rank.or(fallback_rank);
     let time_base_ns = parsed.time_base_ns;
     let host = std::mem::take(&mut parsed.host);
@@ -1050,6 +1080,7 @@ fn finish_file(
         rank,
         declared_rank,
         redacted,
+        last_step: facts.last_step,
     })
 }
 

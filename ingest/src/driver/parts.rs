@@ -265,6 +265,8 @@ pub(super) struct FileSpan {
     pub(super) devices: BTreeSet<i32>,
     /// GPU events starting more than [`FileSpan::MARGIN_NS`] outside the host events' span.
     pub(super) gpu_outside_host: u64,
+    /// The highest step number of the events.
+    pub(super) last_step: Option<i64>,
 }
 
 impl FileSpan {
@@ -277,6 +279,7 @@ impl FileSpan {
         self.last_ts = self.last_ts.max(o.last_ts);
         self.devices.extend(o.devices);
         self.gpu_outside_host += o.gpu_outside_host;
+        self.last_step = self.last_step.max(o.last_step);
     }
 
     const MARGIN_NS: i64 = 10_000_000_000;
@@ -298,6 +301,11 @@ impl FileSpan {
                 .column_by_name("device")
                 .expect("device")
                 .as_primitive::<Int32Type>();
+            let step = b
+                .column_by_name("step")
+                .expect("step")
+                .as_primitive::<Int64Type>();
+            f.last_step = f.last_step.max(datafusion::arrow::compute::max(step));
             for i in 0..b.num_rows() {
                 let (t, end) = (ts.value(i), ts.value(i) + dur.value(i).max(0));
                 f.first_ts = Some(f.first_ts.map_or(t, |v| v.min(t)));

@@ -557,3 +557,77 @@ fn files_are_one_job_only_with_distinct_ranks_one_clock_and_no_long_gap() {
     ];
     assert_eq!(unrelated(&sessions), None);
 }
+
+#[test]
+fn a_given_rank_replaces_the_declared_one_in_rows_and_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.json");
+    let cfg = gpuq_synth::SynthConfig {
+        rank: Some(0),
+        ..gpuq_synth::SynthConfig::small()
+    };
+    gpuq_synth::write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let opts = IngestOptions {
+        run: Some(RunId::new("r").unwrap()),
+        rank: Some(3),
+        ..Default::default()
+    };
+    ingest(&store, std::slice::from_ref(&trace), &opts, &NoProgress).unwrap();
+    let manifest = store.manifest().unwrap();
+    let meta = &manifest.runs[&RunId::new("r").unwrap()].meta;
+    assert_eq!(meta.ranks, vec![3]);
+    assert_eq!(meta.sources[0].rank, Some(3));
+    let rows = stored_rows(&store, "r");
+    assert!(!rows.is_empty());
+    assert!(rows.iter().all(|r| field(r, "rank") == "3"), "{}", rows[0]);
+}
+
+#[test]
+fn a_trace_cut_short_is_a_truncated_error_and_a_damaged_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = Vec::new();
+    gpuq_synth::write_kineto(&gpuq_synth::SynthConfig::small(), &mut text).unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let attempt = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        ingest(&store, &[path], &IngestOptions::default(), &NoProgress).unwrap_err()
+    };
+    for cut in [text.len() / 3, text.len() / 2, text.len() - 3] {
+        let e = attempt("cut.json", &text[..cut]);
+        assert!(e.is_truncated(), "cut at {cut}: {e}");
+    }
+    // A gzip stream that stops in the middle.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &text).unwrap();
+    let gz = gz.finish().unwrap();
+    let e = attempt("cut.json.gz", &gz[..gz.len() / 2]);
+    assert!(e.is_truncated(), "{e}");
+    // A timestamp that is no number: damaged, not cut short.
+    let bad = gpuq_testkit::with_bad_timestamp(&text);
+    let e = attempt("bad.json", &bad);
+    assert!(!e.is_truncated(), "{e}");
+}
+
+#[test]
+fn the_report_says_the_highest_step_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let opts = IngestOptions {
+        run: Some(RunId::new("r").unwrap()),
+        ..Default::default()
+    };
+    for (first_step, last) in [(10, 12), (3, 5)] {
+        let trace = dir.path().join(format!("from{first_step}.json"));
+        let cfg = gpuq_synth::SynthConfig {
+            steps: 3,
+            first_step,
+            ..gpuq_synth::SynthConfig::small()
+        };
+        gpuq_synth::write_kineto(&cfg, std::fs::File::create(&trace).unwrap()).unwrap();
+        let reports = ingest(&store, &[trace], &opts, &NoProgress).unwrap();
+        // This ingest's steps, not the run's: the second append has lower numbers.
+        assert_eq!(reports[0].last_step, Some(last), "from {first_step}");
+    }
+}

@@ -34,6 +34,8 @@ pub enum Position {
 pub struct TraceError {
     pub at: Position,
     pub message: String,
+    /// The input ended before the trace did: a file cut short, or still being written.
+    pub truncated: bool,
 }
 
 impl TraceError {
@@ -41,6 +43,7 @@ impl TraceError {
         TraceError {
             at: Position::Byte { offset, event },
             message: message.into(),
+            truncated: false,
         }
     }
 
@@ -48,6 +51,7 @@ impl TraceError {
         TraceError {
             at: Position::Line(line),
             message: message.into(),
+            truncated: false,
         }
     }
 
@@ -58,6 +62,7 @@ impl TraceError {
                 row,
             },
             message: message.into(),
+            truncated: false,
         }
     }
 
@@ -65,6 +70,15 @@ impl TraceError {
         TraceError {
             at: Position::Whole,
             message: message.into(),
+            truncated: false,
+        }
+    }
+
+    /// This error, marked as the input ending before the trace did.
+    pub fn cut_short(self) -> TraceError {
+        TraceError {
+            truncated: true,
+            ..self
         }
     }
 

@@ -89,6 +89,10 @@ impl<R: Read> Stream<R> {
         let n = match crate::source::read_up_to(&mut self.r, &mut self.storage[self.end..][..size])
         {
             Ok(n) => n,
+            // A compressed file cut short ends inside its stream.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(self.err(format!("read error: {e}")).cut_short())
+            }
             Err(e) => return Err(self.err(format!("read error: {e}"))),
         };
         self.end += n;
@@ -149,7 +153,9 @@ impl<R: Read> Stream<R> {
             }
             let keep = self.pos;
             if !self.fill(keep)? {
-                return Err(self.err("unexpected end of input: the trace is truncated"));
+                return Err(self
+                    .err("unexpected end of input: the trace is truncated")
+                    .cut_short());
             }
         }
     }
@@ -223,7 +229,11 @@ pub(super) fn split_stream(
                     b as char
                 )))
             }
-            None => return Err(s.err("unexpected end of input: the trace is truncated")),
+            None => {
+                return Err(s
+                    .err("unexpected end of input: the trace is truncated")
+                    .cut_short())
+            }
         }
         first = false;
         if s.peek()? != Some(b'"') {
@@ -240,7 +250,9 @@ pub(super) fn split_stream(
         }
         s.pos += 1;
         if s.peek()?.is_none() {
-            return Err(s.err("unexpected end of input: the trace is truncated"));
+            return Err(s
+                .err("unexpected end of input: the trace is truncated")
+                .cut_short());
         }
         if key == "traceEvents" {
             if s.buf()[s.pos] != b'[' {
@@ -346,7 +358,8 @@ pub(super) fn split_events(
                 } else {
                     "unexpected end of input inside traceEvents: the trace is truncated"
                 },
-            ));
+            )
+            .cut_short());
         }
     }
 }

@@ -693,7 +693,8 @@ fn read_record(
                 continue;
             }
             return Err(rec
-                .err("a quoted field is not closed before the end of the file (truncated file?)"));
+                .err("a quoted field is not closed before the end of the file (truncated file?)")
+                .cut_short());
         }
         let message = match split {
             Split::Open => "a quoted field is not closed".to_string(),

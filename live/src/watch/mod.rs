@@ -1,0 +1,403 @@
+//! `gpuq watch`: a directory into which a job writes trace files over time (Kineto files
+//! per profiling cycle from `tensorboard_trace_handler`, on-demand traces, Nsight Systems
+//! exports, rocprofv3 tables, stage logs), each finished file appended to one run as one
+//! commit, so that readers see whole files only.
+//!
+//! A file is read once its size and modification time have not changed for the settle time
+//! ([`tracker`]) and it ingests: one found cut short is read again when it changes, and
+//! reported once it stays so past a timeout; a bad one is reported and skipped. Files the
+//! run already holds (its sources in the newest manifest, by path) are not read again, so a
+//! restarted watch resumes where it stopped; ingest's own check of content hashes is the
+//! safety net. A stored file that changes (found at another size) is reported, never read
+//! again: its first rows would be stored twice.
+
+mod names;
+mod tracker;
+mod wake;
+
+pub use names::rank_of;
+
+use gpuq_engine::{RunId, Store};
+use gpuq_ingest::{IngestError, IngestOptions, NoProgress, RunReport};
+use names::NameKind;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+use tracker::{Observed, Seen, State, Tracker};
+use wake::Wake;
+
+/// How long a file must stay unchanged before it is read, by default.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
+/// How long a truncated file may stay unchanged before it is reported as incomplete.
+pub const DEFAULT_INCOMPLETE_AFTER: Duration = Duration::from_secs(300);
+/// How often the directory is rescanned without a wake-up from inotify, so that a change it
+/// missed is found.
+pub const RESCAN: Duration = Duration::from_secs(2);
+/// How often the directory is rescanned when polling.
+pub const POLL: Duration = Duration::from_millis(500);
+/// The longest the watch sleeps before it looks at its stop flag again.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Where a file's rank comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RankFrom {
+    /// The trace (Kineto `distributedInfo`); none if it declares none.
+    #[default]
+    Trace,
+    /// The file name ([`rank_of`]): a file whose name gives none is an error.
+    Path,
+}
+
+/// What to watch, and how.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    pub dir: PathBuf,
+    pub run: RunId,
+    /// Options of every append (`run` and `replace` are set by the watch).
+    pub ingest: IngestOptions,
+    pub rank_from: RankFrom,
+    pub settle: Duration,
+    pub incomplete_after: Duration,
+    /// Read what is there (waiting for files to settle), then stop.
+    pub once: bool,
+    /// Stop after this long without a new or changed file.
+    pub idle_exit: Option<Duration>,
+    /// Rescan on the clock only (network file systems), not on inotify's notices.
+    pub poll: bool,
+}
+
+impl WatchOptions {
+    pub fn new(dir: PathBuf, run: RunId) -> WatchOptions {
+        WatchOptions {
+            dir,
+            run,
+            ingest: IngestOptions::default(),
+            rank_from: RankFrom::Trace,
+            settle: DEFAULT_SETTLE,
+            incomplete_after: DEFAULT_INCOMPLETE_AFTER,
+            once: false,
+            idle_exit: None,
+            poll: false,
+        }
+    }
+}
+
+/// Why the watch itself stopped (a file's failure does not stop it).
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("{}: {error}", path.display())]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] gpuq_engine::Error),
+    /// The store refused an append (not the file's fault): stopping keeps the file for the
+    /// next watch.
+    #[error(transparent)]
+    Ingest(IngestError),
+}
+
+/// Something that happened to one file.
+#[derive(Debug)]
+pub enum WatchEvent<'a> {
+    /// Appended to the run.
+    Stored {
+        path: &'a Path,
+        report: &'a RunReport,
+    },
+    /// Its content is stored already (in `holder`): nothing appended.
+    Duplicate { path: &'a Path, holder: &'a RunId },
+    /// Bad (not truncated): skipped until it changes.
+    Failed { path: &'a Path, error: String },
+    /// Still incomplete after the timeout (or, with `once`, at the end): left alone.
+    Incomplete { path: &'a Path },
+    /// Changed after it was stored: not read again (its rows would be stored twice).
+    ChangedAfterStore { path: &'a Path },
+    /// A notice about the watch itself (e.g. polling because inotify is unavailable).
+    Note(&'a str),
+}
+
+/// Counts for a status line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchStatus {
+    /// Trace files seen in the directory.
+    pub seen: usize,
+    /// Files in the run: stored by this watch or before it.
+    pub stored: usize,
+    /// Files not complete yet.
+    pub waiting: usize,
+    pub failed: usize,
+    /// The highest step number stored by this watch.
+    pub last_step: Option<i64>,
+}
+
+/// Where the watch reports what it does.
+pub trait WatchReporter {
+    fn event(&mut self, event: WatchEvent<'_>);
+    fn status(&mut self, _status: WatchStatus) {}
+}
+
+/// What one watch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchSummary {
+    /// Files appended by this watch.
+    pub stored: usize,
+    /// Files found in the run when the watch started, not read again.
+    pub resumed: usize,
+    /// Files whose content another file of the store held.
+    pub duplicates: usize,
+    pub failed: usize,
+    /// Files left incomplete.
+    pub incomplete: usize,
+    /// The highest step number stored.
+    pub last_step: Option<i64>,
+}
+
+/// Watches `opts.dir` and appends each finished trace file to `opts.run`, until `stop` is
+/// set (finishing the file in hand), or as `once` / `idle_exit` say.
+pub fn watch(
+    store: &Store,
+    opts: &WatchOptions,
+    stop: &AtomicBool,
+    reporter: &mut dyn WatchReporter,
+) -> Result<WatchSummary, WatchError> {
+    let dir = std::fs::canonicalize(&opts.dir).map_err(|error| WatchError::Io {
+        path: opts.dir.clone(),
+        error,
+    })?;
+    let mut tracker = Tracker::new(
+        opts.settle,
+        opts.incomplete_after,
+        stored_sources(store, &opts.run)?,
+    );
+    let (mut wake, why) = Wake::new(&dir, opts.poll);
+    if let Some(why) = why {
+        reporter.event(WatchEvent::Note(&why));
+    }
+    let rescan_every = if wake.is_polling() { POLL } else { RESCAN };
+    let mut summary = WatchSummary::default();
+    let mut last_activity = Instant::now();
+    let mut last_scan: Option<Instant> = None;
+    let mut changed = true;
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        // Waiting files are looked at on every tick: whether they stay unchanged is what
+        // makes them ready.
+        let due = last_scan.is_none_or(|t| now.duration_since(t) >= rescan_every);
+        if changed || due || tracker.count(State::Waiting) > 0 {
+            if scan(&dir, &mut tracker, &mut summary, reporter)? {
+                last_activity = Instant::now();
+            }
+            last_scan = Some(now);
+        }
+        for path in tracker.ready(Instant::now(), SystemTime::now()) {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            // The file may have changed since the scan: read it only as it settled.
+            let before = tracker.observed(&path);
+            if observe(&path).ok() != before {
+                continue;
+            }
+            append(store, opts, &path, &mut tracker, &mut summary, reporter)?;
+            last_activity = Instant::now();
+        }
+        for path in tracker.abandon_stale(Instant::now()) {
+            summary.incomplete += 1;
+            reporter.event(WatchEvent::Incomplete { path: &path });
+        }
+        reporter.status(status(&tracker, summary.last_step));
+        if opts.once && tracker.count(State::Waiting) == 0 {
+            for path in tracker.incomplete() {
+                summary.incomplete += 1;
+                reporter.event(WatchEvent::Incomplete { path: &path });
+            }
+            break;
+        }
+        if let Some(idle) = opts.idle_exit {
+            if tracker.count(State::Waiting) == 0 && last_activity.elapsed() >= idle {
+                break;
+            }
+        }
+        let now = Instant::now();
+        let timeout = tracker
+            .next_settle(now)
+            .map(|t| t.duration_since(now))
+            .unwrap_or(TICK)
+            .min(TICK);
+        changed = wake.wait(timeout);
+    }
+    Ok(summary)
+}
+
+/// The run's stored sources (path as stored, bytes), from the newest manifest.
+fn stored_sources(store: &Store, run: &RunId) -> Result<Vec<(String, u64)>, WatchError> {
+    let manifest = store.manifest()?;
+    Ok(manifest
+        .runs
+        .get(run)
+        .map(|e| {
+            e.meta
+                .sources
+                .iter()
+                .map(|s| (s.path.clone(), s.bytes))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+fn observe(path: &Path) -> std::io::Result<Observed> {
+    let m = std::fs::metadata(path)?;
+    Ok(Observed {
+        size: m.len(),
+        mtime: m.modified()?,
+    })
+}
+
+/// Looks at every file of `dir`; returns whether a file was new or changed.
+fn scan(
+    dir: &Path,
+    tracker: &mut Tracker,
+    summary: &mut WatchSummary,
+    reporter: &mut dyn WatchReporter,
+) -> Result<bool, WatchError> {
+    let entries = std::fs::read_dir(dir).map_err(|error| WatchError::Io {
+        path: dir.to_path_buf(),
+        error,
+    })?;
+    let now = Instant::now();
+    let mut present = HashSet::new();
+    let mut activity = false;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if names::kind_of(name) == NameKind::Ignored {
+            continue;
+        }
+        let path = entry.path();
+        // Gone between the listing and now, or not a file: nothing to read.
+        let Ok(seen) = observe(&path) else { continue };
+        if !entry
+            .file_type()
+            .is_ok_and(|t| t.is_file() || t.is_symlink())
+        {
+            continue;
+        }
+        present.insert(path.clone());
+        match tracker.observe(&path, seen, now) {
+            Seen::New => activity = true,
+            Seen::Resumed => summary.resumed += 1,
+            Seen::Changed => activity = true,
+            Seen::ChangedAfterStore => {
+                reporter.event(WatchEvent::ChangedAfterStore { path: &path });
+            }
+            Seen::Same => {}
+        }
+    }
+    tracker.retain_present(&present);
+    Ok(activity)
+}
+
+/// Appends the settled file `path` to the run, and records what came of it.
+fn append(
+    store: &Store,
+    opts: &WatchOptions,
+    path: &Path,
+    tracker: &mut Tracker,
+    summary: &mut WatchSummary,
+    reporter: &mut dyn WatchReporter,
+) -> Result<(), WatchError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if names::kind_of(&name) == NameKind::ByContent && gpuq_ingest::detect_format(path).is_none() {
+        tracker.set(path, State::NotTrace);
+        return Ok(());
+    }
+    if tracker.observed(path).is_some_and(|o| o.size == 0) {
+        tracker.set(path, State::Truncated);
+        return Ok(());
+    }
+    let mut ingest = IngestOptions {
+        run: Some(opts.run.clone()),
+        replace: false,
+        ..opts.ingest.clone()
+    };
+    if opts.rank_from == RankFrom::Path {
+        match rank_of(&name) {
+            Some(rank) => ingest.rank = Some(rank),
+            None => {
+                return fail(
+                    path,
+                    "the file name gives no rank (--rank-from path: worker3.*, rank-3.*, \
+                     rank_3.*, rank3.*)"
+                        .into(),
+                    tracker,
+                    summary,
+                    reporter,
+                )
+            }
+        }
+    }
+    match gpuq_ingest::ingest(store, &[path.to_path_buf()], &ingest, &NoProgress) {
+        Ok(reports) => {
+            tracker.set(path, State::Stored);
+            let report = &reports[0];
+            match report.duplicates.first() {
+                Some((_, holder)) if report.files == 0 => {
+                    summary.duplicates += 1;
+                    reporter.event(WatchEvent::Duplicate { path, holder });
+                }
+                _ => {
+                    summary.stored += 1;
+                    summary.last_step = summary.last_step.max(report.last_step);
+                    reporter.event(WatchEvent::Stored { path, report });
+                }
+            }
+            Ok(())
+        }
+        Err(e) if e.is_truncated() => {
+            tracker.set(path, State::Truncated);
+            Ok(())
+        }
+        Err(e @ IngestError::Store(_)) => Err(WatchError::Ingest(e)),
+        Err(e) => {
+            // The error names the file already.
+            let message = e.to_string();
+            let message = message
+                .strip_prefix(&format!("{}: ", path.display()))
+                .unwrap_or(&message)
+                .to_string();
+            fail(path, message, tracker, summary, reporter)
+        }
+    }
+}
+
+fn fail(
+    path: &Path,
+    error: String,
+    tracker: &mut Tracker,
+    summary: &mut WatchSummary,
+    reporter: &mut dyn WatchReporter,
+) -> Result<(), WatchError> {
+    tracker.set(path, State::Failed);
+    summary.failed += 1;
+    reporter.event(WatchEvent::Failed { path, error });
+    Ok(())
+}
+
+fn status(tracker: &Tracker, last_step: Option<i64>) -> WatchStatus {
+    WatchStatus {
+        last_step,
+        seen: tracker.seen(),
+        stored: tracker.count(State::Stored),
+        waiting: tracker.count(State::Waiting) + tracker.count(State::Truncated),
+        failed: tracker.count(State::Failed),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+//! What a file's name says: whether it may be a trace file being written into the watched
+//! directory, and the rank it names (`--rank-from path`).
+
+/// Names that are traces by their extension: Kineto JSON (plain, gzip, zstd), Nsight Systems
+/// SQLite exports, rocprofv3 CSV tables. Other names are traces only if their content is
+/// recognised (stage logs have no extension of their own).
+const TRACE_SUFFIXES: &[&str] = &[".json", ".json.gz", ".json.zst", ".sqlite", ".csv"];
+
+/// How a name relates to traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// Hidden or temporary: a writer's scratch file, never read.
+    Ignored,
+    /// A trace by its extension.
+    Trace,
+    /// A trace only if its content says so (a stage log).
+    ByContent,
+}
+
+/// What the file name `name` (no directory) says. Writers that write under a temporary
+/// name and rename when done (`.name.XXXX`, `name.tmp`, `name.part`) are followed by their
+/// final name only.
+pub fn kind_of(name: &str) -> NameKind {
+    let lower = name.to_ascii_lowercase();
+    if name.starts_with('.')
+        || name.ends_with('~')
+        || [".tmp", ".part", ".swp"].iter().any(|s| lower.ends_with(s))
+    {
+        NameKind::Ignored
+    } else if TRACE_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
+        NameKind::Trace
+    } else {
+        NameKind::ByContent
+    }
+}
+
+/// The rank a file name gives: `worker3.*`, `rank-3.*`, `rank_3.*`, `rank3.*`, also after a
+/// prefix (`job_rank3.1700000000000.pt.trace.json`); case is ignored. `None` when the name
+/// names none, or names two different ones.
+pub fn rank_of(name: &str) -> Option<i32> {
+    let lower = name.to_ascii_lowercase();
+    let mut ranks = ["worker", "rank"].into_iter().flat_map(|word| {
+        let lower = &lower;
+        lower.match_indices(word).filter_map(move |(at, _)| {
+            // A word of its own: `frank3` names no rank.
+            if lower[..at].ends_with(|c: char| c.is_ascii_alphabetic()) {
+                return None;
+            }
+            let rest = &lower[at + word.len()..];
+            let rest = rest.strip_prefix(['-', '_']).unwrap_or(rest);
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            rest[..digits].parse::<i32>().ok()
+        })
+    });
+    let first = ranks.next()?;
+    ranks.all(|r| r == first).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_and_temporary_names_are_ignored_and_traces_known_by_extension() {
+        for name in [
+            ".w0.json",
+            "w0.json.tmp",
+            "w0.json.part",
+            "w0.json~",
+            "x.SWP",
+        ] {
+            assert_eq!(kind_of(name), NameKind::Ignored, "{name}");
+        }
+        for name in [
+            "worker0.1700000000000.pt.trace.json",
+            "worker0.1700000000000.pt.trace.json.gz",
+            "t.JSON.ZST",
+            "report.sqlite",
+            "1234_kernel_trace.csv",
+        ] {
+            assert_eq!(kind_of(name), NameKind::Trace, "{name}");
+        }
+        for name in ["train.log", "stages.jsonl", "README"] {
+            assert_eq!(kind_of(name), NameKind::ByContent, "{name}");
+        }
+    }
+
+    #[test]
+    fn ranks_come_from_worker_and_rank_names() {
+        let cases = [
+            ("worker3.1700000000123.pt.trace.json", Some(3)),
+            ("rank-3.json", Some(3)),
+            ("rank_12.pt.trace.json.gz", Some(12)),
+            ("rank3.sqlite", Some(3)),
+            ("RANK7.json", Some(7)),
+            ("job_rank5.1700000000000.pt.trace.json", Some(5)),
+            ("host_rank2_rank2.json", Some(2)),
+            // Two different ranks, none, or a word that only contains "rank".
+            ("worker1_rank2.json", None),
+            ("host_1234.1700000000000.pt.trace.json", None),
+            ("frank3.json", None),
+            ("workers.json", None),
+            ("rank.json", None),
+        ];
+        for (name, rank) in cases {
+            assert_eq!(rank_of(name), rank, "{name}");
+        }
+    }
+}

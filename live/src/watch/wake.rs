@@ -1,0 +1,140 @@
+//! What wakes the watch up: the kernel's notice that something in the directory changed
+//! (inotify), or nothing but the clock (polling, for network file systems, whose changes
+//! made on other machines inotify never sees). Either way the watch rescans the directory
+//! itself; a wake-up only says that a rescan is worth doing now.
+//!
+//! inotify is used through `libc` rather than the `notify` crate: `notify` needs `mio`'s
+//! `os-ext` feature, which would change the `mio` that `tokio` (and through it DataFusion) is
+//! built with, and rebuild them; the wake-ups needed here are five system calls.
+
+use std::path::Path;
+use std::time::Duration;
+
+/// How the watch learns of changes.
+pub enum Wake {
+    Inotify(Inotify),
+    /// Rescans on the clock only.
+    Poll,
+}
+
+impl Wake {
+    /// inotify on `dir`, unless `poll` asks for polling; polling as well when inotify cannot
+    /// be had (no kernel support, out of watches). Returns why inotify was not used.
+    pub fn new(dir: &Path, poll: bool) -> (Wake, Option<String>) {
+        if poll {
+            return (Wake::Poll, None);
+        }
+        match Inotify::watch(dir) {
+            Ok(i) => (Wake::Inotify(i), None),
+            Err(e) => (
+                Wake::Poll,
+                Some(format!("inotify unavailable ({e}): polling")),
+            ),
+        }
+    }
+
+    /// Waits at most `timeout`; true when the directory changed meanwhile (polling: never
+    /// known, false).
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        match self {
+            Wake::Inotify(i) => i.wait(timeout),
+            Wake::Poll => {
+                std::thread::sleep(timeout);
+                false
+            }
+        }
+    }
+
+    pub fn is_polling(&self) -> bool {
+        matches!(self, Wake::Poll)
+    }
+}
+
+/// An inotify instance watching one directory.
+pub struct Inotify {
+    fd: libc::c_int,
+}
+
+impl Inotify {
+    fn watch(dir: &Path) -> std::io::Result<Inotify> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: plain system calls; the descriptor is owned by the value returned, and
+        // closed on every path that does not return it.
+        unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mask = libc::IN_CREATE
+                | libc::IN_MODIFY
+                | libc::IN_CLOSE_WRITE
+                | libc::IN_MOVED_TO
+                | libc::IN_MOVED_FROM
+                | libc::IN_DELETE
+                | libc::IN_ATTRIB;
+            if libc::inotify_add_watch(fd, path.as_ptr(), mask) < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
+            }
+            Ok(Inotify { fd })
+        }
+    }
+
+    fn wait(&mut self, timeout: Duration) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd for the call's duration.
+        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        if ready <= 0 {
+            return false;
+        }
+        // Drain the queued events: which files they name does not matter, the rescan finds
+        // out (an overflowed queue loses nothing for the same reason).
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reads into a buffer of the length given.
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for Inotify {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is this value's own and closed once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inotify_wakes_on_a_new_file_and_polling_never_claims_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wake, why) = Wake::new(dir.path(), false);
+        assert!(why.is_none(), "{why:?}");
+        assert!(!wake.wait(Duration::from_millis(10)));
+        std::fs::write(dir.path().join("w0.json"), b"{}").unwrap();
+        assert!(wake.wait(Duration::from_secs(5)));
+        // Drained: nothing more until the next change.
+        assert!(!wake.wait(Duration::from_millis(10)));
+        let (mut poll, _) = Wake::new(dir.path(), true);
+        assert!(poll.is_polling());
+        std::fs::write(dir.path().join("w1.json"), b"{}").unwrap();
+        assert!(!poll.wait(Duration::from_millis(10)));
+    }
+}
