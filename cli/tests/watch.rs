@@ -356,3 +356,95 @@ fn idle_exit_stops_a_watch_that_sees_no_new_file() {
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert!(stdout(&o).contains("watch: 1 stored"), "{}", stdout(&o));
 }
+
+/// The stages of `run` as `name,ts,dur` lines, in time order.
+fn stage_rows(store: &Path, run: &str) -> Vec<String> {
+    let csv = query_csv(
+        store,
+        &format!(
+            "SELECT name, ts, dur FROM events WHERE run = '{run}' AND scope = 'stage' \
+             ORDER BY ts, name"
+        ),
+    );
+    csv.lines().skip(1).map(str::to_string).collect()
+}
+
+fn open_stages(store: &Path, run: &str) -> String {
+    let csv = query_csv(
+        store,
+        &format!("SELECT coalesce(open_stages, 'none') FROM runs WHERE run = '{run}'"),
+    );
+    csv.lines().nth(1).unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_stage_log_is_followed_line_by_line_and_a_restart_reads_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let dir = std::fs::canonicalize({
+        let d = tmp.path().join("traces");
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    })
+    .unwrap();
+    let log = dir.join("stages.log");
+    let stored = format!("stored {}", log.display());
+    let line = |s: u32, what: &str| format!("2026-12-02T10:00:{s:02}Z stage={what}\n");
+    let mut writer = std::fs::File::create(&log).unwrap();
+    let (mut watch, rx) = spawn_watch(&store, &dir, &["--settle", "100ms"]);
+    let mut seen = Vec::new();
+    let mut write = |text: &str| {
+        writer.write_all(text.as_bytes()).unwrap();
+        writer.flush().unwrap();
+    };
+
+    // A begin alone: no stage yet, one open.
+    write(&line(0, "train begin rank=0"));
+    wait_for(&rx, &stored, &mut seen);
+    assert!(stage_rows(&store, "live").is_empty());
+    let open = open_stages(&store, "live");
+    assert!(open.contains("train") && open.contains("rank"), "{open}");
+
+    // A step begins and ends (its end line written in two pieces): it appears once whole.
+    write(&line(1, "step begin"));
+    write("2026-12-02T10:00:03Z sta");
+    std::thread::sleep(Duration::from_millis(400));
+    write("ge=step end\n");
+    wait_for(&rx, &stored, &mut seen);
+    let rows = loop {
+        let rows = stage_rows(&store, "live");
+        if !rows.is_empty() {
+            break rows;
+        }
+        wait_for(&rx, &stored, &mut seen);
+    };
+    assert_eq!(rows, ["step,1796205601000000000,2000000000"]);
+    let open = open_stages(&store, "live");
+    assert!(open.contains("train") && !open.contains("step"), "{open}");
+
+    // The watch is killed; the log grows meanwhile; a restarted watch reads on from where
+    // the run's copy ends, and stores no stage twice.
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+    write(&line(4, "eval begin"));
+    write(&line(5, "eval end"));
+    write(&line(6, "train end rank=0"));
+    let o = watch_once(&store, &dir, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stage_rows(&store, "live"),
+        [
+            "train,1796205600000000000,6000000000",
+            "step,1796205601000000000,2000000000",
+            "eval,1796205604000000000,1000000000",
+        ]
+    );
+    assert_eq!(open_stages(&store, "live"), "none");
+    // The same log ingested whole gives the same stages.
+    ok(&store, &["ingest", log.to_str().unwrap(), "--run", "whole"]);
+    assert_eq!(stage_rows(&store, "whole"), stage_rows(&store, "live"));
+    // Nothing new: a further watch stores nothing.
+    let o = watch_once(&store, &dir, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains(&stored), "{}", stdout(&o));
+}

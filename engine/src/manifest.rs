@@ -94,6 +94,26 @@ pub struct RunMeta {
     pub metadata: serde_json::Value,
     /// Ingest warnings: message -> occurrences.
     pub warnings: BTreeMap<String, u64>,
+    /// Stages begun and not ended yet in the stage logs a live watch follows, by log path
+    /// as stored (each append of a log replaces its list): a stage is stored as an event
+    /// once its end line is written.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub open_stages: BTreeMap<String, Vec<OpenStage>>,
+}
+
+/// A stage begun in a stage log that is still growing, and not ended yet.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OpenStage {
+    pub name: String,
+    /// When it began, on the run's clock (ns).
+    pub ts: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<i64>,
+    /// The begin line's other fields, as compact JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<String>,
 }
 
 impl RunMeta {
@@ -149,6 +169,14 @@ impl RunMeta {
         }
         for (k, v) in other.warnings {
             *self.warnings.entry(k).or_default() += v;
+        }
+        // The newest read of a log says which of its stages are open now.
+        for (log, open) in other.open_stages {
+            if open.is_empty() {
+                self.open_stages.remove(&log);
+            } else {
+                self.open_stages.insert(log, open);
+            }
         }
     }
 }

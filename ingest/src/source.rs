@@ -141,6 +141,8 @@ pub struct Source {
     /// Decompressed bytes read through [`Self::reader`].
     decompressed: Arc<AtomicU64>,
     hasher: Arc<Mutex<XxHash3_128>>,
+    /// Read only this many bytes of the file ([`Self::complete_lines_only`]).
+    limit: Option<u64>,
 }
 
 impl Source {
@@ -175,6 +177,7 @@ impl Source {
             read: Arc::new(AtomicU64::new(0)),
             decompressed: Arc::new(AtomicU64::new(0)),
             hasher: Arc::new(Mutex::new(XxHash3_128::new())),
+            limit: None,
         })
     }
 
@@ -192,6 +195,7 @@ impl Source {
             read: Arc::new(AtomicU64::new(0)),
             decompressed: Arc::new(AtomicU64::new(0)),
             hasher: Arc::new(Mutex::new(XxHash3_128::new())),
+            limit: None,
         })
     }
 
@@ -206,7 +210,34 @@ impl Source {
             read: Arc::new(AtomicU64::new(0)),
             decompressed: Arc::new(AtomicU64::new(0)),
             hasher: Arc::new(Mutex::new(XxHash3_128::new())),
+            limit: self.limit,
         }
+    }
+
+    /// Makes the source end after the last `\n` of the file (an uncompressed text file still
+    /// being written, whose last line may be half written); returns its new size, 0 when the
+    /// file has no complete line. Its hash is then of those bytes only.
+    pub fn complete_lines_only(&mut self) -> std::io::Result<u64> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = File::open(&self.path)?;
+        let mut end = file.seek(SeekFrom::End(0))?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let size = loop {
+            if end == 0 {
+                break 0;
+            }
+            let start = end.saturating_sub(buf.len() as u64);
+            let chunk = &mut buf[..(end - start) as usize];
+            file.seek(SeekFrom::Start(start))?;
+            file.read_exact(chunk)?;
+            if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+                break start + i as u64 + 1;
+            }
+            end = start;
+        };
+        self.size = size;
+        self.limit = Some(size);
+        Ok(size)
     }
 
     /// Bytes of content: the decompressed bytes read of a compressed file (what a parse
@@ -221,8 +252,12 @@ impl Source {
     /// The decompressed content. Reading it feeds [`Self::bytes_read`] and [`Self::hash`].
     pub fn reader(&self) -> std::io::Result<Box<dyn Read + Send>> {
         let file = File::open(&self.path)?;
+        let inner: Box<dyn Read + Send> = match self.limit {
+            Some(limit) => Box::new(file.take(limit)),
+            None => Box::new(file),
+        };
         let tap = Tap {
-            inner: file,
+            inner,
             read: self.read.clone(),
             hasher: self.hasher.clone(),
         };
@@ -236,6 +271,20 @@ impl Source {
             read: self.decompressed.clone(),
             raw: self.read.clone(),
         }))
+    }
+
+    /// [`hex`] of the raw bytes, read from the file now (not through [`Self::reader`]).
+    pub fn hash_unread(&self) -> std::io::Result<String> {
+        let file = File::open(&self.path)?;
+        match self.limit {
+            Some(limit) => hash_read(file.take(limit)),
+            None => hash_read(file),
+        }
+    }
+
+    /// Whether only the complete lines are read ([`Self::complete_lines_only`]).
+    pub fn complete_lines(&self) -> bool {
+        self.limit.is_some()
     }
 
     pub fn bytes_read(&self) -> u64 {
@@ -254,7 +303,7 @@ impl Source {
             return Ok(hex(&h));
         }
         if self.bytes_read() < self.size {
-            return hash_file(&self.path);
+            return self.hash_unread();
         }
         Ok(hex(&self.hasher.lock().expect("hasher")))
     }
@@ -269,7 +318,10 @@ fn hex(h: &XxHash3_128) -> String {
 
 /// [`hex`] of a whole file.
 pub fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
+    hash_read(File::open(path)?)
+}
+
+fn hash_read(mut file: impl Read) -> std::io::Result<String> {
     let mut h = XxHash3_128::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

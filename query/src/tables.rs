@@ -498,6 +498,7 @@ impl RunsTable {
             utf8("devices", false),
             utf8("metadata", true),
             utf8("warning_details", true),
+            utf8("open_stages", true),
         ]))
     }
 
@@ -559,6 +560,13 @@ impl RunsTable {
                     None
                 } else {
                     json(&e.meta.warnings)
+                }
+            }),
+            s(&|e| {
+                if e.meta.open_stages.is_empty() {
+                    None
+                } else {
+                    json(&e.meta.open_stages)
                 }
             }),
         ];

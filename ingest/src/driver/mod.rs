@@ -15,7 +15,7 @@ use crate::columns::Kind;
 use crate::formats::detect::{DetectError, Format};
 use crate::formats::{kineto, nsys, rocprof, stagelog, ParsedTrace, TraceError};
 use crate::redact;
-use crate::source::{self, Source};
+use crate::source::{self, Compression, Source};
 use crate::spool::{self, Spool};
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::filter_record_batch;
@@ -121,6 +121,12 @@ pub struct IngestOptions {
     /// The rank of every file but stage logs, instead of the one it declares or its position
     /// among the run's files (e.g. taken from the file name by `gpuq watch --rank-from path`).
     pub rank: Option<i32>,
+    /// Uncompressed stage logs are still being written, and their bytes before this one were
+    /// stored by an earlier append (`gpuq watch`): only their complete lines are read, the
+    /// stages that ended in the new lines are stored, and those begun and not ended are listed
+    /// in the run's `open_stages` instead of being closed. A log with no complete line past
+    /// this byte is an error that [`IngestError::is_truncated`].
+    pub stage_log_from: Option<u64>,
 }
 
 /// Per-file progress, for a progress bar.
@@ -159,6 +165,9 @@ pub struct RunReport {
     pub split_from: Option<(RunId, String)>,
     /// The highest step number of the events this ingest stored (not of the whole run).
     pub last_step: Option<i64>,
+    /// A stage log read while it grows ([`IngestOptions::stage_log_from`]): the byte after
+    /// its last complete line, where the next append starts.
+    pub read_to: Option<u64>,
 }
 
 impl RunReport {
@@ -180,6 +189,7 @@ impl RunReport {
             shared_from: None,
             split_from: None,
             last_step: None,
+            read_to: None,
         }
     }
 
@@ -310,7 +320,27 @@ pub fn ingest(
         let mut sources = Vec::new();
         for (f, named) in &files {
             match Source::open(f, opts.format) {
-                Ok(s) => sources.push(s),
+                Ok(mut s) => {
+                    if let Some(from) = opts.stage_log_from {
+                        if s.format == Format::StageLog && s.compression == Compression::None {
+                            let end = s.complete_lines_only().map_err(io_error(f))?;
+                            if end <= from {
+                                return Err(IngestError::Trace {
+                                    path: f.clone(),
+                                    error: TraceErrorDisplay(TraceError {
+                                        truncated: true,
+                                        ..TraceError::at_byte(
+                                            from,
+                                            None,
+                                            "no complete line after this byte yet",
+                                        )
+                                    }),
+                                });
+                            }
+                        }
+                    }
+                    sources.push(s)
+                }
                 // A file named as rocprofv3 names its tables is one, damaged: the adapter
                 // says what is wrong (a missing column, binary content), rather than the run
                 // being stored without its rows.
@@ -526,6 +556,10 @@ fn ingest_run(
         progress.finish_file();
         let mut meta = file.meta;
         meta.format = src.format.name().into();
+        if let Some(open) = file.open_stages {
+            meta.open_stages
+                .insert(src.path.display().to_string(), open);
+        }
         meta.sources.push(SourceFile {
             path: src.path.display().to_string(),
             hash,
@@ -595,6 +629,9 @@ fn ingest_run(
         staged.extend(file.staged);
         report.redacted += file.redacted;
         report.last_step = report.last_step.max(file.last_step);
+        if src.complete_lines() {
+            report.read_to = Some(src.size);
+        }
         report.input_bytes += src.size;
         report.content_bytes += src.content_bytes();
         // A rocprofv3 output counts its CSV files.
@@ -664,7 +701,7 @@ fn stored_holders(
             holders.push(None);
             continue;
         }
-        let hash = source::hash_file(&src.path).map_err(io_error(&src.path))?;
+        let hash = src.hash_unread().map_err(io_error(&src.path))?;
         let held_by_run = manifest
             .runs
             .get(run)
@@ -894,6 +931,7 @@ fn parse_source(
                 opts.lenient,
                 opts.stage_log_zone.as_ref(),
                 run_clock,
+                opts.stage_log_from.filter(|_| src.complete_lines()),
                 &mut |b| spool.push(redactor.batch(b)),
             )
             .map(|t| (t, None))
@@ -910,6 +948,8 @@ struct FinishedFile {
     declared_rank: Option<i32>,
     redacted: usize,
     last_step: Option<i64>,
+    /// A stage log read while it grows: its stages not ended yet.
+    open_stages: Option<Vec<gpuq_engine::manifest::OpenStage>>,
 }
 
 /// Tables of a file still to read once its rows can be attributed (nsys GPU tables).
@@ -1014,6 +1054,7 @@ fn finish_file(
         events,
         kernels,
         epoch_time: parsed_epoch_time,
+        open_stages,
         ..
     } = parsed;
     let world_size = top_level
@@ -1081,6 +1122,7 @@ fn finish_file(
         declared_rank,
         redacted,
         last_step: facts.last_step,
+        open_stages,
     })
 }
 

@@ -155,6 +155,9 @@ pub struct ParsedTrace {
     /// The earliest `ts` and the latest `ts + dur` of the events, before
     /// [`Self::time_base_ns`] is added (Kineto: checked against it, so that no time wraps).
     pub event_span: Option<(i64, i64)>,
+    /// A stage log read while it grows: the stages begun and not ended yet (they are emitted
+    /// once their end line is written). `None` for every other read.
+    pub open_stages: Option<Vec<gpuq_engine::manifest::OpenStage>>,
 }
 
 impl std::fmt::Debug for ParsedTrace {

@@ -66,11 +66,43 @@ fn content_hashes_are_xxh3_128_of_the_raw_bytes() {
         read: Arc::new(AtomicU64::new(0)),
         decompressed: Arc::new(AtomicU64::new(0)),
         hasher: Arc::new(Mutex::new(XxHash3_128::new())),
+        limit: None,
     };
     let mut read = Vec::new();
     source.reader().unwrap().read_to_end(&mut read).unwrap();
     assert_eq!(read, content);
     assert_eq!(source.hash().unwrap(), want);
+}
+
+#[test]
+fn a_log_being_written_is_read_and_hashed_to_its_last_complete_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stages.log");
+    // Over one 64 KiB block back from the end to the last newline.
+    let mut text = b"2026-12-02T10:00:00Z stage=a begin\n".repeat(3);
+    text.extend(std::iter::repeat_n(b'x', 100_000));
+    std::fs::write(&log, &text).unwrap();
+    let complete = 3 * 35;
+    let mut source = Source::open(&log, None).unwrap();
+    assert_eq!(source.format, Format::StageLog);
+    assert!(!source.complete_lines());
+    assert_eq!(source.complete_lines_only().unwrap(), complete as u64);
+    assert!(source.complete_lines());
+    assert_eq!(source.size, complete as u64);
+    let prefix_hash = {
+        let prefix = dir.path().join("prefix");
+        std::fs::write(&prefix, &text[..complete]).unwrap();
+        hash_file(&prefix).unwrap()
+    };
+    assert_eq!(source.hash_unread().unwrap(), prefix_hash);
+    let mut read = Vec::new();
+    source.reader().unwrap().read_to_end(&mut read).unwrap();
+    assert_eq!(read, &text[..complete]);
+    assert_eq!(source.hash().unwrap(), prefix_hash);
+    // No complete line at all.
+    std::fs::write(&log, b"2026-12-02T10:00:00Z stage=a begin").unwrap();
+    let mut source = Source::open(&log, None).unwrap();
+    assert_eq!(source.complete_lines_only().unwrap(), 0);
 }
 
 /// A compressed file that decompresses to more than [`MAX_DECOMPRESSION_RATIO`] times its

@@ -4,12 +4,19 @@
 //! commit, so that readers see whole files only.
 //!
 //! A file is read once its size and modification time have not changed for the settle time
-//! ([`tracker`]) and it ingests: one found cut short is read again when it changes, and
-//! reported once it stays so past a timeout; a bad one is reported and skipped. Files the
-//! run already holds (its sources in the newest manifest, by path) are not read again, so a
-//! restarted watch resumes where it stopped; ingest's own check of content hashes is the
-//! safety net. A stored file that changes (found at another size) is reported, never read
-//! again: its first rows would be stored twice.
+//! ([`tracker`]), or at once when inotify says its writer renamed it into place or closed it
+//! (Kineto JSON only, which does not parse before its last byte), and it ingests: one found
+//! cut short is read again when it changes, and reported once it stays so past a timeout; a
+//! bad one is reported and skipped. Files the run already holds (its sources in the newest
+//! manifest, by path) are not read again, so a restarted watch resumes where it stopped;
+//! ingest's own check of content hashes is the safety net. A stored file that changes (found
+//! at another size) is reported, never read again: its first rows would be stored twice.
+//!
+//! Stage logs are the exception: they grow line by line while the job runs. Each time one
+//! grows and settles, its complete lines are read again and the stages that ended in the new
+//! ones are appended; stages begun and not ended are the run's `open_stages` until their end
+//! line comes. The bytes stored are in the run's sources, so a restarted watch reads on from
+//! there.
 
 mod names;
 mod tracker;
@@ -18,13 +25,13 @@ mod wake;
 pub use names::rank_of;
 
 use gpuq_engine::{RunId, Store};
-use gpuq_ingest::{IngestError, IngestOptions, NoProgress, RunReport};
+use gpuq_ingest::{Format, IngestError, IngestOptions, NoProgress, RunReport};
 use names::NameKind;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
-use tracker::{Observed, Seen, State, Tracker};
+use tracker::{InRun, Observed, Seen, State, Tracker};
 use wake::Wake;
 
 /// How long a file must stay unchanged before it is read, by default.
@@ -181,6 +188,7 @@ pub fn watch(
     let mut last_activity = Instant::now();
     let mut last_scan: Option<Instant> = None;
     let mut changed = true;
+    let mut finished: Vec<wake::Finished> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();
         // Waiting files are looked at on every tick: whether they stay unchanged is what
@@ -191,6 +199,13 @@ pub fn watch(
                 last_activity = Instant::now();
             }
             last_scan = Some(now);
+        }
+        // Files their writer is done with skip the settle time: renamed into place (written
+        // under a temporary name first), or a Kineto JSON file closed after writing.
+        for f in finished.drain(..) {
+            if f.moved || names::complete_when_closed(&f.name) {
+                tracker.finished(&dir.join(&f.name));
+            }
         }
         for path in tracker.ready(Instant::now(), SystemTime::now()) {
             if stop.load(Ordering::SeqCst) {
@@ -227,13 +242,15 @@ pub fn watch(
             .map(|t| t.duration_since(now))
             .unwrap_or(TICK)
             .min(TICK);
-        changed = wake.wait(timeout);
+        let wakeup = wake.wait(timeout);
+        changed = wakeup.changed;
+        finished = wakeup.finished;
     }
     Ok(summary)
 }
 
-/// The run's stored sources (path as stored, bytes), from the newest manifest.
-fn stored_sources(store: &Store, run: &RunId) -> Result<Vec<(String, u64)>, WatchError> {
+/// The run's stored sources, from the newest manifest.
+fn stored_sources(store: &Store, run: &RunId) -> Result<Vec<InRun>, WatchError> {
     let manifest = store.manifest()?;
     Ok(manifest
         .runs
@@ -242,7 +259,11 @@ fn stored_sources(store: &Store, run: &RunId) -> Result<Vec<(String, u64)>, Watc
             e.meta
                 .sources
                 .iter()
-                .map(|s| (s.path.clone(), s.bytes))
+                .map(|s| InRun {
+                    path: s.path.clone(),
+                    bytes: s.bytes,
+                    grows: s.format == Format::StageLog.name(),
+                })
                 .collect()
         })
         .unwrap_or_default())
@@ -313,10 +334,16 @@ fn append(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if names::kind_of(&name) == NameKind::ByContent && gpuq_ingest::detect_format(path).is_none() {
-        tracker.set(path, State::NotTrace);
-        return Ok(());
-    }
+    let format = match names::kind_of(&name) {
+        NameKind::ByContent => match gpuq_ingest::detect_format(path) {
+            Some(format) => Some(format),
+            None => {
+                tracker.set(path, State::NotTrace);
+                return Ok(());
+            }
+        },
+        _ => None,
+    };
     if tracker.observed(path).is_some_and(|o| o.size == 0) {
         tracker.set(path, State::Truncated);
         return Ok(());
@@ -324,6 +351,8 @@ fn append(
     let mut ingest = IngestOptions {
         run: Some(opts.run.clone()),
         replace: false,
+        // A stage log is read as it grows, each time from where the run's copy ends.
+        stage_log_from: (format == Some(Format::StageLog)).then(|| tracker.read_to(path)),
         ..opts.ingest.clone()
     };
     if opts.rank_from == RankFrom::Path {
@@ -346,8 +375,11 @@ fn append(
     release_free_memory();
     match ingested {
         Ok(reports) => {
-            tracker.set(path, State::Stored);
             let report = &reports[0];
+            match report.read_to {
+                Some(read_to) => tracker.stored_to(path, read_to),
+                None => tracker.set(path, State::Stored),
+            }
             match report.duplicates.first() {
                 Some((_, holder)) if report.files == 0 => {
                     summary.duplicates += 1;

@@ -34,6 +34,18 @@ pub fn kind_of(name: &str) -> NameKind {
     }
 }
 
+/// Whether a file of this name can be read as soon as its writer closes it: a Kineto JSON
+/// file (plain or compressed) does not parse until its last byte is written, so reading it
+/// early costs at most one retry. Other formats wait for the settle time: a stage log's
+/// prefix is a valid log, and an SQLite file is written in pages.
+pub fn complete_when_closed(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    kind_of(name) == NameKind::Trace
+        && [".json", ".json.gz", ".json.zst"]
+            .iter()
+            .any(|s| lower.ends_with(s))
+}
+
 /// The rank a file name gives: `worker3.*`, `rank-3.*`, `rank_3.*`, `rank3.*`, also after a
 /// prefix (`job_rank3.1700000000000.pt.trace.json`); case is ignored. `None` when the name
 /// names none, or names two different ones.
@@ -79,6 +91,11 @@ mod tests {
             "1234_kernel_trace.csv",
         ] {
             assert_eq!(kind_of(name), NameKind::Trace, "{name}");
+            assert_eq!(
+                complete_when_closed(name),
+                name.to_ascii_lowercase().contains(".json"),
+                "{name}"
+            );
         }
         for name in ["train.log", "stages.jsonl", "README"] {
             assert_eq!(kind_of(name), NameKind::ByContent, "{name}");

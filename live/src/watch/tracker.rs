@@ -1,7 +1,8 @@
 //! The files of the watched directory and what is known of each: when a file is ready to
 //! read (its size and modification time have not changed for the settle time), what reading
 //! it gave, and which files the run already holds (seeded from the run's sources, so that a
-//! restarted watch reads none of them again).
+//! restarted watch reads none of them again). A stage log is followed as it grows: the bytes
+//! of it the run holds are remembered, and a longer log is read again from there.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -55,28 +56,47 @@ struct Tracked {
     state: State,
     /// It changed after it was stored, and that was said.
     change_said: bool,
+    /// Its writer said it is done with it ([`Tracker::finished`]): no settle time.
+    finished: bool,
+    /// A stage log followed as it grows: the bytes of it the run holds.
+    read_to: Option<u64>,
+}
+
+/// A source the run holds: its path as stored, its bytes, and whether it is a stage log (read
+/// again from there when it grows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InRun {
+    pub path: String,
+    pub bytes: u64,
+    pub grows: bool,
 }
 
 /// The files of one watched directory.
 #[derive(Debug)]
 pub struct Tracker {
     files: BTreeMap<PathBuf, Tracked>,
-    /// The run's sources: path as stored -> bytes.
-    in_run: HashMap<String, u64>,
+    /// The run's sources: path as stored -> (bytes, a stage log that may grow). The bytes of
+    /// a log appended several times are those of its latest append.
+    in_run: HashMap<String, (u64, bool)>,
     settle: Duration,
     incomplete_after: Duration,
 }
 
 impl Tracker {
-    /// `in_run`: the run's stored sources (path as ingest stores it, bytes).
+    /// `in_run`: the run's stored sources.
     pub fn new(
         settle: Duration,
         incomplete_after: Duration,
-        in_run: impl IntoIterator<Item = (String, u64)>,
+        in_run: impl IntoIterator<Item = InRun>,
     ) -> Tracker {
+        let mut known: HashMap<String, (u64, bool)> = HashMap::new();
+        for s in in_run {
+            let e = known.entry(s.path).or_default();
+            *e = (e.0.max(s.bytes), e.1 || s.grows);
+        }
         Tracker {
             files: BTreeMap::new(),
-            in_run: in_run.into_iter().collect(),
+            in_run: known,
             settle,
             incomplete_after,
         }
@@ -87,13 +107,16 @@ impl Tracker {
         match self.files.get_mut(path) {
             None => {
                 // A stored path is not read again even at another size: a file that grew
-                // after it was stored would have its first rows stored twice.
-                let stored = self.in_run.get(&path.display().to_string());
+                // after it was stored would have its first rows stored twice. A stage log
+                // that grew is read on from where the run's copy ends.
+                let stored = self.in_run.get(&path.display().to_string()).copied();
                 let (state, said) = match stored {
-                    Some(&bytes) if bytes == seen.size => (State::Stored, Seen::Resumed),
+                    Some((bytes, true)) if seen.size > bytes => (State::Waiting, Seen::Changed),
+                    Some((bytes, _)) if bytes == seen.size => (State::Stored, Seen::Resumed),
                     Some(_) => (State::Stored, Seen::ChangedAfterStore),
                     None => (State::Waiting, Seen::New),
                 };
+                let read_to = stored.filter(|s| s.1).map(|s| s.0);
                 self.files.insert(
                     path.to_path_buf(),
                     Tracked {
@@ -101,6 +124,8 @@ impl Tracker {
                         since: now,
                         state,
                         change_said: said == Seen::ChangedAfterStore,
+                        finished: false,
+                        read_to,
                     },
                 );
                 said
@@ -109,9 +134,12 @@ impl Tracker {
             Some(t) => {
                 t.seen = seen;
                 t.since = now;
+                t.finished = false;
                 // A stored file stays stored: a file that changes after it was complete is
-                // not read twice (its rows would be stored twice).
-                if t.state != State::Stored {
+                // not read twice (its rows would be stored twice). A stage log that grew
+                // past what is stored is read on.
+                let grew = t.read_to.is_some_and(|r| seen.size > r);
+                if t.state != State::Stored || grew {
                     t.state = State::Waiting;
                     Seen::Changed
                 } else if !t.change_said {
@@ -129,13 +157,43 @@ impl Tracker {
         self.files.retain(|p, _| present.contains(p));
     }
 
+    /// The writer said it is done with `path` (it renamed the file into place, or closed a
+    /// Kineto JSON file it wrote): ready at once, without the settle time. A file that was not
+    /// complete after all is found cut short when read, and waits for its next change.
+    pub fn finished(&mut self, path: &Path) {
+        if let Some(t) = self.files.get_mut(path) {
+            if t.state == State::Waiting {
+                t.finished = true;
+            }
+        }
+    }
+
     pub fn set(&mut self, path: &Path, state: State) {
         if let Some(t) = self.files.get_mut(path) {
             t.state = state;
             if state == State::Stored {
-                self.in_run.insert(path.display().to_string(), t.seen.size);
+                let grows = t.read_to.is_some();
+                self.in_run
+                    .insert(path.display().to_string(), (t.seen.size, grows));
             }
         }
+    }
+
+    /// A stage log is stored up to byte `read_to` (its complete lines): it is read on from
+    /// there when it grows past it.
+    pub fn stored_to(&mut self, path: &Path, read_to: u64) {
+        if let Some(t) = self.files.get_mut(path) {
+            t.state = State::Stored;
+            t.read_to = Some(read_to);
+            t.change_said = false;
+            self.in_run
+                .insert(path.display().to_string(), (read_to, true));
+        }
+    }
+
+    /// The bytes of a followed stage log the run holds (0: none yet).
+    pub fn read_to(&self, path: &Path) -> u64 {
+        self.files.get(path).and_then(|t| t.read_to).unwrap_or(0)
     }
 
     #[cfg(test)]
@@ -152,7 +210,7 @@ impl Tracker {
         // A file last modified longer ago than the settle time (found by a restarted or a
         // `--once` watch) need not be watched for that long again.
         let age = wall.duration_since(t.seen.mtime).unwrap_or_default();
-        unchanged >= self.settle || age >= self.settle
+        t.finished || unchanged >= self.settle || age >= self.settle
     }
 
     /// Files waiting that have settled, oldest modification first (cycles in the order
@@ -188,7 +246,13 @@ impl Tracker {
         self.files
             .values()
             .filter(|t| t.state == State::Waiting)
-            .map(|t| (t.since + self.settle).max(now))
+            .map(|t| {
+                if t.finished {
+                    now
+                } else {
+                    (t.since + self.settle).max(now)
+                }
+            })
             .min()
     }
 
@@ -237,6 +301,25 @@ mod tests {
         assert_eq!(t.next_settle(t0 + SETTLE), Some(t0 + SETTLE * 3 / 2));
         assert_eq!(t.observe(p, grown, t0 + SETTLE), Seen::Same);
         assert_eq!(t.ready(t0 + SETTLE * 3 / 2, wall + SETTLE * 3 / 2), vec![p]);
+    }
+
+    #[test]
+    fn a_file_its_writer_finished_is_ready_at_once_until_it_changes() {
+        let mut t = Tracker::new(SETTLE, TIMEOUT, []);
+        let p = Path::new("/d/w0.json");
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        t.observe(p, at(10, wall), t0);
+        t.finished(p);
+        assert_eq!(t.ready(t0, wall), vec![p]);
+        assert_eq!(t.next_settle(t0), Some(t0));
+        // Written again after all: the settle time applies again.
+        t.observe(p, at(20, wall), t0);
+        assert!(t.ready(t0, wall).is_empty());
+        // Only a waiting file is made ready.
+        t.set(p, State::Truncated);
+        t.finished(p);
+        assert!(t.ready(t0 + SETTLE * 2, wall).is_empty());
     }
 
     #[test]
@@ -290,7 +373,7 @@ mod tests {
 
     #[test]
     fn files_the_run_holds_are_stored_without_being_read_and_stay_so() {
-        let stored = [("/d/w0.json".to_string(), 10u64)];
+        let stored = [in_run("/d/w0.json", 10, false)];
         let mut t = Tracker::new(SETTLE, TIMEOUT, stored);
         let now = Instant::now();
         let wall = SystemTime::now() - SETTLE * 2;
@@ -298,7 +381,7 @@ mod tests {
         assert_eq!(t.observe(held, at(10, wall), now), Seen::Resumed);
         // A stored path found at another size grew after it was stored: said, not read.
         let grown = Path::new("/d/w1.json");
-        let mut t2 = Tracker::new(SETTLE, TIMEOUT, [("/d/w1.json".to_string(), 5u64)]);
+        let mut t2 = Tracker::new(SETTLE, TIMEOUT, [in_run("/d/w1.json", 5, false)]);
         assert_eq!(
             t2.observe(grown, at(10, wall), now),
             Seen::ChangedAfterStore
@@ -311,5 +394,45 @@ mod tests {
         assert_eq!(t.observe(held, at(30, wall), now), Seen::Same);
         assert_eq!(t.state(held), Some(State::Stored));
         assert!(t.ready(now + SETTLE * 2, SystemTime::now()).is_empty());
+    }
+
+    fn in_run(path: &str, bytes: u64, grows: bool) -> InRun {
+        InRun {
+            path: path.into(),
+            bytes,
+            grows,
+        }
+    }
+
+    #[test]
+    fn a_stage_log_is_read_on_each_time_it_grows_past_what_is_stored() {
+        // Appended twice before (bytes 40, then 90): a restarted watch reads on from 90.
+        let stored = [
+            in_run("/d/train.log", 40, true),
+            in_run("/d/train.log", 90, true),
+            in_run("/d/done.log", 50, true),
+        ];
+        let mut t = Tracker::new(SETTLE, TIMEOUT, stored);
+        let now = Instant::now();
+        let wall = SystemTime::now() - SETTLE * 2;
+        let log = Path::new("/d/train.log");
+        assert_eq!(t.observe(log, at(120, wall), now), Seen::Changed);
+        assert_eq!(t.read_to(log), 90);
+        assert_eq!(t.ready(now, SystemTime::now()), vec![log]);
+        // Its complete lines end at 118: stored to there; the half line waits.
+        t.stored_to(log, 118);
+        assert_eq!(t.state(log), Some(State::Stored));
+        assert_eq!(t.observe(log, at(120, wall), now), Seen::Same);
+        assert!(t.ready(now, SystemTime::now()).is_empty());
+        // It grows: read on from 118.
+        assert_eq!(t.observe(log, at(160, wall), now), Seen::Changed);
+        assert_eq!(t.state(log), Some(State::Waiting));
+        assert_eq!(t.read_to(log), 118);
+        // A log that holds no more than the run: stored, not read.
+        let done = Path::new("/d/done.log");
+        assert_eq!(t.observe(done, at(50, wall), now), Seen::Resumed);
+        // Rewritten shorter: said once, not read (its stages are in the run).
+        assert_eq!(t.observe(done, at(20, wall), now), Seen::ChangedAfterStore);
+        assert_eq!(t.state(done), Some(State::Stored));
     }
 }

@@ -33,14 +33,14 @@ impl Wake {
         }
     }
 
-    /// Waits at most `timeout`; true when the directory changed meanwhile (polling: never
-    /// known, false).
-    pub fn wait(&mut self, timeout: Duration) -> bool {
+    /// Waits at most `timeout`; says whether the directory changed meanwhile (polling: never
+    /// known) and which files a writer finished with.
+    pub fn wait(&mut self, timeout: Duration) -> Wakeup {
         match self {
             Wake::Inotify(i) => i.wait(timeout),
             Wake::Poll => {
                 std::thread::sleep(timeout);
-                false
+                Wakeup::default()
             }
         }
     }
@@ -48,6 +48,23 @@ impl Wake {
     pub fn is_polling(&self) -> bool {
         matches!(self, Wake::Poll)
     }
+}
+
+/// What a wait learned.
+#[derive(Debug, Default)]
+pub struct Wakeup {
+    /// Something in the directory changed.
+    pub changed: bool,
+    /// Files whose writer said it is done with them: renamed into the directory
+    /// (`moved: true`), or closed after writing.
+    pub finished: Vec<Finished>,
+}
+
+/// A file a writer finished with, by name (no directory).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Finished {
+    pub name: String,
+    pub moved: bool,
 }
 
 /// An inotify instance watching one directory.
@@ -83,7 +100,7 @@ impl Inotify {
         }
     }
 
-    fn wait(&mut self, timeout: Duration) -> bool {
+    fn wait(&mut self, timeout: Duration) -> Wakeup {
         let mut poll = libc::pollfd {
             fd: self.fd,
             events: libc::POLLIN,
@@ -92,11 +109,14 @@ impl Inotify {
         let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
         // SAFETY: one valid pollfd for the call's duration.
         let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        let mut wakeup = Wakeup::default();
         if ready <= 0 {
-            return false;
+            return wakeup;
         }
-        // Drain the queued events: which files they name does not matter, the rescan finds
-        // out (an overflowed queue loses nothing for the same reason).
+        wakeup.changed = true;
+        // Drain the queued events. Only "closed after writing" and "moved in" are looked at
+        // by name; what else changed the rescan finds out (an overflowed queue loses nothing
+        // for the same reason).
         let mut buf = [0u8; 4096];
         loop {
             // SAFETY: reads into a buffer of the length given.
@@ -104,9 +124,38 @@ impl Inotify {
             if n <= 0 {
                 break;
             }
+            wakeup.finished.extend(finished_files(&buf[..n as usize]));
         }
-        true
+        wakeup
     }
+}
+
+/// The files that `events` (whole `struct inotify_event`s, as one read returns them) say were
+/// closed after writing or moved in.
+fn finished_files(events: &[u8]) -> Vec<Finished> {
+    const HEADER: usize = 16; // wd, mask, cookie, len: four 32-bit fields
+    let field = |at: usize| u32::from_ne_bytes(events[at..at + 4].try_into().expect("4 bytes"));
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + HEADER <= events.len() {
+        let mask = field(at + 4);
+        let len = field(at + 12) as usize;
+        let Some(name) = events.get(at + HEADER..at + HEADER + len) else {
+            break;
+        };
+        at += HEADER + len;
+        let name = name.split(|&b| b == 0).next().unwrap_or_default();
+        let moved = mask & libc::IN_MOVED_TO != 0;
+        if moved || mask & libc::IN_CLOSE_WRITE != 0 {
+            if let Ok(name) = std::str::from_utf8(name) {
+                out.push(Finished {
+                    name: name.to_string(),
+                    moved,
+                });
+            }
+        }
+    }
+    out
 }
 
 impl Drop for Inotify {
@@ -127,14 +176,35 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut wake, why) = Wake::new(dir.path(), false);
         assert!(why.is_none(), "{why:?}");
-        assert!(!wake.wait(Duration::from_millis(10)));
+        assert!(!wake.wait(Duration::from_millis(10)).changed);
         std::fs::write(dir.path().join("w0.json"), b"{}").unwrap();
-        assert!(wake.wait(Duration::from_secs(5)));
+        let woke = wake.wait(Duration::from_secs(5));
+        assert!(woke.changed);
+        // Written and closed: the writer is done with it.
+        assert_eq!(
+            woke.finished,
+            vec![Finished {
+                name: "w0.json".into(),
+                moved: false
+            }]
+        );
         // Drained: nothing more until the next change.
-        assert!(!wake.wait(Duration::from_millis(10)));
+        assert!(!wake.wait(Duration::from_millis(10)).changed);
+        // Renamed into place from a hidden name.
+        std::fs::write(dir.path().join(".w2.tmp"), b"{}").unwrap();
+        wake.wait(Duration::from_secs(5));
+        std::fs::rename(dir.path().join(".w2.tmp"), dir.path().join("w2.json")).unwrap();
+        let moved = wake.wait(Duration::from_secs(5)).finished;
+        assert_eq!(
+            moved,
+            vec![Finished {
+                name: "w2.json".into(),
+                moved: true
+            }]
+        );
         let (mut poll, _) = Wake::new(dir.path(), true);
         assert!(poll.is_polling());
         std::fs::write(dir.path().join("w1.json"), b"{}").unwrap();
-        assert!(!poll.wait(Duration::from_millis(10)));
+        assert!(!poll.wait(Duration::from_millis(10)).changed);
     }
 }

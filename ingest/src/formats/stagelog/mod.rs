@@ -107,6 +107,7 @@ use crate::attribute::host::HostInterval;
 use crate::columns::{Event, EventColumns, Kind};
 use crate::formats::json::{Cursor, Scalar};
 use crate::formats::{EventSink, ParsedTrace, TraceError};
+use gpuq_engine::manifest::OpenStage;
 use nom::branch::alt;
 use nom::bytes::complete::{tag, take_until, take_while1, take_while_m_n};
 use nom::character::complete::{char, digit1, one_of, satisfy};
@@ -115,7 +116,7 @@ use nom::sequence::preceded;
 use nom::{IResult, Parser};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use zone::LogZone;
 
@@ -163,17 +164,24 @@ pub fn parse(
     lenient: bool,
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
-    parse_onto(reader, lenient, None, None, sink)
+    parse_onto(reader, lenient, None, None, None, sink)
 }
 
 /// [`parse`] with naive times (no UTC offset) read as local time in `zone`, for a log added to
 /// a run whose traces are on `run_clock`: the stages are moved onto that clock, or the log is
 /// refused when its times do not overlap the run's.
+///
+/// `growing_from`: the log is still being written and its lines before this byte were read by
+/// an earlier call. The whole log is paired again (so that an end finds its begin), but only
+/// the stages that end at or after that byte are emitted, and warnings are counted for those
+/// lines only; stages still open are not closed but listed in [`ParsedTrace::open_stages`].
+/// The reader must stop at the end of a complete line.
 pub fn parse_onto(
     mut reader: impl BufRead,
     lenient: bool,
     zone: Option<&LogZone>,
     run_clock: Option<&clock::RunClock>,
+    growing_from: Option<u64>,
     sink: &mut EventSink<'_>,
 ) -> Result<ParsedTrace, TraceError> {
     let mut trace = ParsedTrace {
@@ -184,6 +192,10 @@ pub fn parse_onto(
     let mut pairing = Pairing::default();
     let mut buf = Vec::new();
     let mut line_no: u64 = 0;
+    let from = growing_from.unwrap_or(0);
+    // Warnings of lines an earlier read counted already.
+    let mut counted_before = BTreeMap::new();
+    let mut line_start: u64 = 0;
     loop {
         buf.clear();
         let n = reader
@@ -193,6 +205,13 @@ pub fn parse_onto(
             break;
         }
         line_no += 1;
+        let at = line_start;
+        line_start += n as u64;
+        let warnings = if at >= from {
+            &mut trace.warnings
+        } else {
+            &mut counted_before
+        };
         let mut bytes = buf.as_slice();
         if line_no == 1 {
             bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
@@ -209,10 +228,10 @@ pub fn parse_onto(
                 }
                 Ok(())
             }
-            Ok(Line::Marker(m)) => pairing.add(m, line_no, lenient, &mut trace),
+            Ok(Line::Marker(m)) => pairing.add(m, line_no, at, lenient, warnings),
             Err(message) => {
                 if lenient {
-                    *trace.warnings.entry(UNPARSABLE.into()).or_default() += 1;
+                    *warnings.entry(UNPARSABLE.into()).or_default() += 1;
                     Ok(())
                 } else {
                     Err(message)
@@ -221,13 +240,23 @@ pub fn parse_onto(
         };
         outcome.map_err(|m| TraceError::at_line(line_no, m))?;
     }
-    let mut stages = pairing.finish(&mut trace);
+    let mut stages = match growing_from {
+        None => pairing.finish(&mut trace),
+        Some(from) => {
+            let (done, open) = pairing.so_far(from);
+            trace.open_stages = Some(open);
+            done
+        }
+    };
     stages.sort_by_key(|s| (s.ts, std::cmp::Reverse(s.dur), s.line));
     let first = stages.iter().map(|s| s.ts).min();
     let last = stages.iter().map(|s| s.ts.saturating_add(s.dur)).max();
     if let (Some(run_clock), Some(first), Some(last)) = (run_clock, first, last) {
         let shift = run_clock.place(first, last).map_err(TraceError::whole)?;
         for s in &mut stages {
+            s.ts += shift;
+        }
+        for s in trace.open_stages.iter_mut().flatten() {
             s.ts += shift;
         }
         trace.epoch_time = run_clock.epoch;
@@ -976,6 +1005,8 @@ struct Stage {
     args: Option<String>,
     /// Line of the begin (a tie-breaker for the output order).
     line: u64,
+    /// Byte offset of the end line (`u64::MAX`: closed at the end of the log).
+    ended_at: u64,
 }
 
 struct Open {
@@ -1013,8 +1044,9 @@ impl Pairing {
         &mut self,
         m: Marker,
         line: u64,
+        at: u64,
         lenient: bool,
-        trace: &mut ParsedTrace,
+        warnings: &mut BTreeMap<String, u64>,
     ) -> Result<(), String> {
         self.saw(m.ts);
         let key: Key = (m.stage, m.pid, m.tid, rank_of(&m.args));
@@ -1028,14 +1060,14 @@ impl Pairing {
         }
         let Some(open) = self.open.get_mut(&key).and_then(Vec::pop) else {
             if lenient {
-                *trace.warnings.entry(END_WITHOUT_BEGIN.into()).or_default() += 1;
+                *warnings.entry(END_WITHOUT_BEGIN.into()).or_default() += 1;
                 return Ok(());
             }
             return Err(format!("stage {:?} ends without a begin", key.0));
         };
         if m.ts < open.ts {
             if lenient {
-                *trace.warnings.entry(END_BEFORE_BEGIN.into()).or_default() += 1;
+                *warnings.entry(END_BEFORE_BEGIN.into()).or_default() += 1;
                 return Ok(());
             }
             return Err(format!(
@@ -1061,8 +1093,39 @@ impl Pairing {
             tid,
             args: args_json(args),
             line: open.line,
+            ended_at: at,
         });
         Ok(())
+    }
+
+    /// Of a log still being written: the stages that ended at or after byte `from`, and
+    /// those still open.
+    fn so_far(self, from: u64) -> (Vec<Stage>, Vec<OpenStage>) {
+        let done = self
+            .done
+            .into_iter()
+            .filter(|s| s.ended_at >= from)
+            .collect();
+        let mut open: Vec<(u64, OpenStage)> = self
+            .open
+            .into_iter()
+            .flat_map(|((name, pid, tid, _), stack)| {
+                stack.into_iter().map(move |o| {
+                    (
+                        o.line,
+                        OpenStage {
+                            name: name.clone(),
+                            ts: o.ts,
+                            pid,
+                            tid,
+                            args: args_json(o.args),
+                        },
+                    )
+                })
+            })
+            .collect();
+        open.sort_by_key(|(line, _)| *line);
+        (done, open.into_iter().map(|(_, o)| o).collect())
     }
 
     /// All stages; those still open end at the latest timestamp seen.
@@ -1081,6 +1144,7 @@ impl Pairing {
                     tid,
                     args: args_json(open.args),
                     line: open.line,
+                    ended_at: u64::MAX,
                 });
             }
         }

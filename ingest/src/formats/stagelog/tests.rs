@@ -144,7 +144,7 @@ fn iso_fields_are_range_checked() {
 fn in_zone(text: &str, zone: &str) -> Result<Vec<(String, i64, i64)>, TraceError> {
     let zone: zone::LogZone = zone.parse().unwrap();
     let mut batches = Vec::new();
-    parse_onto(text.as_bytes(), false, Some(&zone), None, &mut |b| {
+    parse_onto(text.as_bytes(), false, Some(&zone), None, None, &mut |b| {
         batches.push(b);
         Ok(())
     })?;
@@ -695,4 +695,92 @@ fn no_input_makes_it_panic() {
             let _ = run(odd, lenient);
         }
     }
+}
+
+/// Parses the first `upto` bytes of `text` as a log still being written, of which the bytes
+/// before `from` were read before.
+fn growing(text: &str, from: usize, upto: usize) -> (ParsedTrace, Vec<(String, i64, i64)>) {
+    let mut batches = Vec::new();
+    let t = parse_onto(
+        &text.as_bytes()[..upto],
+        true,
+        None,
+        None,
+        Some(from as u64),
+        &mut |b| {
+            batches.push(b);
+            Ok(())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let schema = gpuq_engine::schema::TableKind::Events.file_schema();
+    (t, stages(&concat_batches(&schema, &batches).unwrap()))
+}
+
+#[test]
+fn a_growing_log_gives_each_stage_once_when_it_ends_and_lists_those_still_open() {
+    let lines = [
+        "2026-12-02T10:00:00Z stage=train begin rank=0\n",
+        "2026-12-02T10:00:01Z stage=step begin\n",
+        "not a log line\n",
+        "2026-12-02T10:00:02Z stage=step end\n",
+        "2026-12-02T10:00:03Z stage=eval end\n",
+        "2026-12-02T10:00:04Z stage=step begin\n",
+        "2026-12-02T10:00:06Z stage=step end\n",
+        "2026-12-02T10:00:07Z stage=train end rank=0\n",
+    ];
+    let text = lines.concat();
+    let ends: Vec<usize> = lines
+        .iter()
+        .scan(0, |at, l| {
+            *at += l.len();
+            Some(*at)
+        })
+        .collect();
+    // Read after each line: every stage comes exactly once, at the read that saw its end.
+    let mut all = Vec::new();
+    let mut warnings: BTreeMap<String, u64> = BTreeMap::new();
+    let mut from = 0;
+    let mut open_after = Vec::new();
+    for &upto in &ends {
+        let (t, got) = growing(&text, from, upto);
+        all.extend(got);
+        for (k, v) in t.warnings {
+            *warnings.entry(k).or_default() += v;
+        }
+        let open = t.open_stages.expect("a growing read lists open stages");
+        open_after.push(open.iter().map(|o| o.name.clone()).collect::<Vec<_>>());
+        from = upto;
+    }
+    all.sort();
+    let (_, whole) = run(&text, true).unwrap();
+    let mut whole = stages(&whole);
+    whole.sort();
+    assert_eq!(all, whole);
+    assert_eq!(all.len(), 3);
+    // The open stages after each line, oldest begin first.
+    assert_eq!(
+        open_after,
+        vec![
+            vec!["train"],
+            vec!["train", "step"],
+            vec!["train", "step"],
+            vec!["train"],
+            vec!["train"],
+            vec!["train", "step"],
+            vec!["train"],
+            vec![],
+        ]
+    );
+    // The warnings of the unparsable line and of the end without a begin count once each,
+    // though every read pairs the whole log again.
+    assert_eq!(warnings.get(UNPARSABLE), Some(&1));
+    assert_eq!(warnings.get(END_WITHOUT_BEGIN), Some(&1));
+    // A still-open stage keeps its begin's time and fields, and is not closed.
+    let (t, got) = growing(&text, ends[0], ends[1]);
+    assert!(got.is_empty());
+    let open = t.open_stages.unwrap();
+    assert_eq!(open[0].ts, T0);
+    assert_eq!(open[0].args.as_deref(), Some(r#"{"rank":0}"#));
+    assert!(!t.warnings.contains_key(UNTERMINATED));
 }
