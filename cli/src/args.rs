@@ -305,38 +305,7 @@ pub enum Command {
     },
     /// Append each finished trace file a job writes into DIR to run NAME, as it is written
     /// (Kineto cycles, on-demand traces, Nsight Systems exports, rocprofv3 tables, stage logs)
-    Watch {
-        /// Directory the job writes trace files into
-        dir: PathBuf,
-        /// Run to append to (the first file creates it)
-        #[arg(long)]
-        run: String,
-        /// Tag the run: KEY=VALUE (repeatable)
-        #[arg(long = "tag", value_name = "KEY=VALUE")]
-        tags: Vec<String>,
-        /// Where a file's rank comes from: the trace (Kineto distributedInfo) or the file
-        /// name (worker3.*, rank-3.*, rank_3.*, rank3.*)
-        #[arg(long, value_enum, default_value_t = RankFromArg::Trace)]
-        rank_from: RankFromArg,
-        /// Read the files there are (waiting for those still written to), report those still
-        /// incomplete, and exit (0 when no file failed)
-        #[arg(long)]
-        once: bool,
-        /// Exit after this long without a new or growing file (e.g. 30s, 10min)
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-        idle_exit: Option<i64>,
-        /// Find changes by rescanning the directory, not by inotify (network file systems,
-        /// where inotify does not see other machines' writes)
-        #[arg(long)]
-        poll: bool,
-        /// How long a file's size and modification time must stay unchanged before it is read
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
-        settle: i64,
-        /// How long a truncated file may stay unchanged before it is reported as incomplete
-        /// and left alone
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5min")]
-        incomplete_after: i64,
-    },
+    Watch(WatchArgs),
     /// Write a synthetic Kineto trace or Nsight Systems export (for tests and benchmarks)
     Generate {
         /// Output file ('.gz' / '.zst' suffix compresses Kineto JSON)
@@ -588,4 +557,40 @@ pub enum FilesFormat {
     Json,
     Duckdb,
     Polars,
+}
+
+// `gpuq watch`'s arguments (a plain comment: a doc comment would replace the subcommand's help).
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Directory the job writes trace files into
+    pub dir: PathBuf,
+    /// Run to append to (the first file creates it)
+    #[arg(long)]
+    pub run: String,
+    /// Tag the run: KEY=VALUE (repeatable)
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+    /// Where a file's rank comes from: the trace (Kineto distributedInfo) or the file
+    /// name (worker3.*, rank-3.*, rank_3.*, rank3.*)
+    #[arg(long, value_enum, default_value_t = RankFromArg::Trace)]
+    pub rank_from: RankFromArg,
+    /// Read the files there are (waiting for those still written to), report those still
+    /// incomplete, and exit (0 when no file failed)
+    #[arg(long)]
+    pub once: bool,
+    /// Exit after this long without a new or growing file (e.g. 30s, 10min)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_exit: Option<i64>,
+    /// Find changes by rescanning the directory, not by inotify (network file systems,
+    /// where inotify does not see other machines' writes)
+    #[arg(long)]
+    pub poll: bool,
+    /// How long a file's size and modification time must stay unchanged before it is read
+    /// (without it when inotify says its writer renamed it into place or closed it)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    pub settle: i64,
+    /// How long a truncated file may stay unchanged before it is reported as incomplete
+    /// and left alone
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5min")]
+    pub incomplete_after: i64,
 }

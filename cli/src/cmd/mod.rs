@@ -46,30 +46,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             ingest::run(store_path, &paths, &opts, quiet)
         }
-        Command::Watch {
-            dir,
-            run,
-            tags,
-            rank_from,
-            once,
-            idle_exit,
-            poll,
-            settle,
-            incomplete_after,
-        } => {
-            let opts = watch::options(
-                dir,
-                run,
-                &tags,
-                rank_from,
-                once,
-                idle_exit,
-                poll,
-                settle,
-                incomplete_after,
-            )?;
-            watch::run(store_path, opts).await
-        }
+        Command::Watch(args) => watch::run(store_path, watch::options(args)?).await,
         Command::Query {
             sql,
             file,

@@ -3,44 +3,33 @@
 //! or `--idle-exit`. On a terminal one status line; otherwise a line per file stored,
 //! skipped or failed, for logs.
 
-use crate::args::{parse_tags, RankFromArg};
+use crate::args::{parse_tags, RankFromArg, WatchArgs};
 use crate::exec::open_store;
 use gpuq_engine::RunId;
 use gpuq_ingest::redact_text;
 use gpuq_live::{RankFrom, WatchEvent, WatchOptions, WatchReporter, WatchStatus};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The watch `gpuq watch`'s arguments ask for.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn options(
-    dir: PathBuf,
-    run: String,
-    tags: &[String],
-    rank_from: RankFromArg,
-    once: bool,
-    idle_exit: Option<i64>,
-    poll: bool,
-    settle: i64,
-    incomplete_after: i64,
-) -> anyhow::Result<WatchOptions> {
+pub(super) fn options(args: WatchArgs) -> anyhow::Result<WatchOptions> {
     let ns = |n: i64| Duration::from_nanos(n.max(0) as u64);
-    let mut opts = WatchOptions::new(dir, RunId::new(run)?);
-    opts.ingest.tags = parse_tags(tags)?;
-    opts.rank_from = match rank_from {
+    let mut opts = WatchOptions::new(args.dir, RunId::new(args.run)?);
+    opts.ingest.tags = parse_tags(&args.tags)?;
+    opts.rank_from = match args.rank_from {
         RankFromArg::Trace => RankFrom::Trace,
         RankFromArg::Path => RankFrom::Path,
     };
-    opts.once = once;
-    opts.idle_exit = idle_exit.map(ns);
-    opts.poll = poll;
-    opts.settle = ns(settle);
-    opts.incomplete_after = ns(incomplete_after);
+    opts.once = args.once;
+    opts.idle_exit = args.idle_exit.map(ns);
+    opts.poll = args.poll;
+    opts.settle = ns(args.settle);
+    opts.incomplete_after = ns(args.incomplete_after);
     Ok(opts)
 }
 
