@@ -426,6 +426,14 @@ fn a_stage_log_is_followed_line_by_line_and_a_restart_reads_on() {
     // the run's copy ends, and stores no stage twice.
     watch.kill().unwrap();
     watch.wait().unwrap();
+    // Other log output only: read, and nothing committed.
+    let versions = || std::fs::read_dir(store.join("_manifest")).unwrap().count();
+    let before = versions();
+    write("2026-12-02T10:00:03.5Z level=info loss=0.25\n");
+    let o = watch_once(&store, &dir, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains(&stored), "{}", stdout(&o));
+    assert_eq!(versions(), before);
     write(&line(4, "eval begin"));
     write(&line(5, "eval end"));
     write(&line(6, "train end rank=0"));

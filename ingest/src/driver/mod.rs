@@ -418,6 +418,26 @@ struct IngestedFile {
     last_step: Option<i64>,
 }
 
+/// Whether a stage log read as it grows ended no stage in its new lines, warned of nothing
+/// there, and has the same stages open as the run says: a commit would only record that it
+/// was read (a chatty log, read every second, would add a manifest version each time).
+fn adds_nothing(
+    writer: &gpuq_engine::StoreWriter,
+    run: &RunId,
+    src: &Source,
+    parsed: &ParsedTrace,
+) -> bool {
+    let stored = writer
+        .manifest()
+        .runs
+        .get(run)
+        .and_then(|e| e.meta.open_stages.get(&src.path.display().to_string()));
+    parsed.events == 0
+        && parsed.warnings.is_empty()
+        && parsed.open_stages.as_deref().unwrap_or_default()
+            == stored.map(Vec::as_slice).unwrap_or_default()
+}
+
 /// Ingests `sources` as `run`: skips content the run (or, without `--run`, any run) holds
 /// already, shares the files of a run with exactly the same content under a new `--run`
 /// name, and checks that the files plausibly are one job ([`unrelated`]): otherwise a run
@@ -510,6 +530,11 @@ fn ingest_run(
             (parsed, hash)
         });
         let (parsed, gpu_tables) = parsed?;
+        if src.complete_lines() && adds_nothing(&writer, run, src, &parsed) {
+            // The next read starts from the same byte: nothing of the new lines is lost.
+            report.read_to = opts.stage_log_from;
+            continue;
+        }
         // Equal content implies equal size, so the check above caught every stored duplicate.
         let hash = if reads_itself { hash } else { src.hash() }.map_err(io_error(&src.path))?;
         let fallback_rank = (multi && src.format != Format::StageLog).then_some(rank_position);

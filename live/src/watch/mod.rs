@@ -385,6 +385,8 @@ fn append(
                     summary.duplicates += 1;
                     reporter.event(WatchEvent::Duplicate { path, holder });
                 }
+                // A growing stage log whose new lines neither ended nor began a stage.
+                None if report.files == 0 => {}
                 _ => {
                     summary.stored += 1;
                     summary.last_step = summary.last_step.max(report.last_step);

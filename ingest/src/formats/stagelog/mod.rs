@@ -240,9 +240,13 @@ pub fn parse_onto(
         };
         outcome.map_err(|m| TraceError::at_line(line_no, m))?;
     }
+    // A log read as it grows is placed on the run's clock by the span of all its stages so
+    // far, as one read of the whole log would be, not by those of the new lines alone.
+    let mut whole_span = None;
     let mut stages = match growing_from {
         None => pairing.finish(&mut trace),
         Some(from) => {
+            whole_span = pairing.span();
             let (done, open) = pairing.so_far(from);
             trace.open_stages = Some(open);
             done
@@ -251,6 +255,10 @@ pub fn parse_onto(
     stages.sort_by_key(|s| (s.ts, std::cmp::Reverse(s.dur), s.line));
     let first = stages.iter().map(|s| s.ts).min();
     let last = stages.iter().map(|s| s.ts.saturating_add(s.dur)).max();
+    let (first, last) = match whole_span {
+        Some((a, b)) => (Some(a), Some(b)),
+        None => (first, last),
+    };
     if let (Some(run_clock), Some(first), Some(last)) = (run_clock, first, last) {
         let shift = run_clock.place(first, last).map_err(TraceError::whole)?;
         for s in &mut stages {
@@ -1096,6 +1104,15 @@ impl Pairing {
             ended_at: at,
         });
         Ok(())
+    }
+
+    /// The earliest begin and the latest end of the stages paired so far, counting those
+    /// still open as ending where they begin.
+    fn span(&self) -> Option<(i64, i64)> {
+        let done = self.done.iter().map(|s| (s.ts, s.ts.saturating_add(s.dur)));
+        let open = self.open.values().flatten().map(|o| (o.ts, o.ts));
+        done.chain(open)
+            .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
     }
 
     /// Of a log still being written: the stages that ended at or after byte `from`, and

@@ -784,3 +784,39 @@ fn a_growing_log_gives_each_stage_once_when_it_ends_and_lists_those_still_open()
     assert_eq!(open[0].args.as_deref(), Some(r#"{"rank":0}"#));
     assert!(!t.warnings.contains_key(UNTERMINATED));
 }
+
+#[test]
+fn a_growing_log_is_placed_on_the_run_clock_by_all_its_stages_so_far() {
+    // A session-clock run (Nsight Systems) that started at T0 and spans its first 2 s.
+    let clock = clock::RunClock {
+        first_ts: 0,
+        last_ts: 2 * SEC,
+        epoch: false,
+        session_start_utc_ns: Some(T0),
+    };
+    let text = "2026-12-02T10:00:01Z stage=train begin\n\
+                2026-12-02T10:00:05Z stage=eval begin\n\
+                2026-12-02T10:00:06Z stage=eval end\n";
+    let first_line = text.find('\n').unwrap() + 1;
+    let mut batches = Vec::new();
+    // The new lines alone (eval, 5-6 s) lie outside the run; the log so far (from 1 s) does
+    // not, and a read of the whole log would take it.
+    let t = parse_onto(
+        text.as_bytes(),
+        false,
+        None,
+        Some(&clock),
+        Some(first_line as u64),
+        &mut |b| {
+            batches.push(b);
+            Ok(())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let schema = gpuq_engine::schema::TableKind::Events.file_schema();
+    let got = stages(&concat_batches(&schema, &batches).unwrap());
+    assert_eq!(got, vec![s("eval", 5 * SEC, SEC)]);
+    assert!(!t.epoch_time);
+    // The open stage is on the run's clock too.
+    assert_eq!(t.open_stages.unwrap()[0].ts, SEC);
+}
