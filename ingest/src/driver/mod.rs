@@ -322,22 +322,7 @@ pub fn ingest(
             match Source::open(f, opts.format) {
                 Ok(mut s) => {
                     if let Some(from) = opts.stage_log_from {
-                        if s.format == Format::StageLog && s.compression == Compression::None {
-                            let end = s.complete_lines_only().map_err(io_error(f))?;
-                            if end <= from {
-                                return Err(IngestError::Trace {
-                                    path: f.clone(),
-                                    error: TraceErrorDisplay(TraceError {
-                                        truncated: true,
-                                        ..TraceError::at_byte(
-                                            from,
-                                            None,
-                                            "no complete line after this byte yet",
-                                        )
-                                    }),
-                                });
-                            }
-                        }
+                        complete_lines_after(&mut s, from)?;
                     }
                     sources.push(s)
                 }
@@ -372,6 +357,26 @@ pub fn ingest(
         reports.extend(ingest_run(store, &run, sources, opts, progress)?);
     }
     Ok(reports)
+}
+
+/// Makes an uncompressed stage log still being written ([`IngestOptions::stage_log_from`])
+/// end at its last complete line; an error that [`IngestError::is_truncated`] when no line
+/// was completed after byte `from`. Other sources are left as they are.
+fn complete_lines_after(src: &mut Source, from: u64) -> Result<(), IngestError> {
+    if src.format != Format::StageLog || src.compression != Compression::None {
+        return Ok(());
+    }
+    let end = src.complete_lines_only().map_err(io_error(&src.path))?;
+    if end > from {
+        return Ok(());
+    }
+    Err(IngestError::Trace {
+        path: src.path.clone(),
+        error: TraceErrorDisplay(TraceError {
+            truncated: true,
+            ..TraceError::at_byte(from, None, "no complete line after this byte yet")
+        }),
+    })
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> IngestError + '_ {

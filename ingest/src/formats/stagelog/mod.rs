@@ -253,13 +253,12 @@ pub fn parse_onto(
         }
     };
     stages.sort_by_key(|s| (s.ts, std::cmp::Reverse(s.dur), s.line));
-    let first = stages.iter().map(|s| s.ts).min();
-    let last = stages.iter().map(|s| s.ts.saturating_add(s.dur)).max();
-    let (first, last) = match whole_span {
-        Some((a, b)) => (Some(a), Some(b)),
-        None => (first, last),
-    };
-    if let (Some(run_clock), Some(first), Some(last)) = (run_clock, first, last) {
+    let span = whole_span.or_else(|| {
+        let first = stages.iter().map(|s| s.ts).min()?;
+        let last = stages.iter().map(|s| s.ts.saturating_add(s.dur)).max()?;
+        Some((first, last))
+    });
+    if let (Some(run_clock), Some((first, last))) = (run_clock, span) {
         let shift = run_clock.place(first, last).map_err(TraceError::whole)?;
         for s in &mut stages {
             s.ts += shift;
