@@ -121,7 +121,9 @@ pub(crate) fn dead_writers_leftovers(root: &Path) -> Vec<PathBuf> {
                 .ok()
                 .and_then(|t| t.elapsed().ok())
                 .is_none_or(|age| age < STARTING_GRACE);
-            if !young && !alive(&path) {
+            // A young one may be a writer between creating it and locking it, unless its
+            // process is gone (a writer killed right at its start).
+            if (!young || starter_gone(name)) && !alive(&path) {
                 dead.push(path);
             }
         } else {
@@ -137,6 +139,21 @@ pub(crate) fn dead_writers_leftovers(root: &Path) -> Vec<PathBuf> {
         .collect();
     dead.extend(owners);
     dead
+}
+
+/// Whether the process that started writer `.w-<pid>-...owner.tmp` is known to be gone
+/// (Linux's `/proc`; elsewhere never known).
+fn starter_gone(name: &str) -> bool {
+    let pid = name
+        .strip_prefix(".w-")
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    match pid {
+        Some(pid) => {
+            Path::new("/proc/self").exists() && !Path::new(&format!("/proc/{pid}")).exists()
+        }
+        None => false,
+    }
 }
 
 fn file_name(p: &Path) -> String {
@@ -172,6 +189,23 @@ pub(crate) fn remove_leftover(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_starting_writers_file_is_dead_once_its_process_is_gone() {
+        if !Path::new("/proc/self").exists() {
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let mine = format!(".w-{}-1-0{OWNER_SUFFIX}.tmp", std::process::id());
+        // No process has pid 4,194,304 or more on Linux (pid_max's ceiling).
+        let gone = format!(".w-4194305-1-0{OWNER_SUFFIX}.tmp");
+        fs::write(root.path().join(&mine), b"").unwrap();
+        fs::write(root.path().join(&gone), b"").unwrap();
+        assert_eq!(
+            dead_writers_leftovers(root.path()),
+            vec![root.path().join(&gone)]
+        );
+    }
 
     #[test]
     fn a_live_writers_directory_is_kept_and_a_dead_ones_removed() {
