@@ -3,9 +3,10 @@
 
 use crate::cupti::{self, kind, Cupti};
 use crate::layout::{self, Decoded, Strings};
-use gpuq_cupti_wal::{self as wal, RawRecord, RecordKind, SegmentBuilder};
+use gpuq_cupti_wal::{self as wal, RecordKind, SegmentBuilder};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{c_int, c_void, CStr};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -404,16 +405,48 @@ impl Health {
     }
 }
 
+/// A map keyed by addresses and small ids, looked up once or twice per record: a multiply
+/// and rotate per word instead of SipHash, whose resistance to chosen keys buys nothing for
+/// keys the collector makes itself.
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+#[derive(Default)]
+struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
 /// Strings seen so far (CUPTI's names by address, checked by content, since an address may be
 /// reused after a module is unloaded), and which of them the current segment defines.
 #[derive(Default)]
 struct Interner {
-    by_address: HashMap<usize, u32>,
+    by_address: FastMap<usize, u32>,
     by_text: HashMap<Box<[u8]>, u32>,
     texts: Vec<Box<[u8]>>,
     /// Per id (index id - 1): the segment that last defined it.
     defined_in: Vec<u64>,
-    api_names: HashMap<(RecordKind, u32), u32>,
+    api_names: FastMap<(RecordKind, u32), u32>,
 }
 
 impl Interner {
@@ -477,7 +510,9 @@ impl Strings for SegmentStrings<'_> {
 struct Writer {
     c: &'static Collector,
     interner: Interner,
-    segment: Option<SegmentBuilder>,
+    segment: SegmentBuilder,
+    /// The bytes of the segment being written (kept between segments).
+    bytes: Vec<u8>,
     seq: u64,
     health: Health,
     totals: Totals,
@@ -489,7 +524,8 @@ impl Writer {
         Writer {
             c,
             interner: Interner::default(),
-            segment: None,
+            segment: SegmentBuilder::new(),
+            bytes: Vec::new(),
             seq: 1,
             health: Health::default(),
             totals: Totals::default(),
@@ -566,15 +602,12 @@ impl Writer {
     fn decode_buffer(&mut self, buffer: *mut u8, valid: usize) {
         let c = self.c;
         let started = Instant::now();
-        let seq = self.seq;
-        let segment = self.segment.get_or_insert_with(|| SegmentBuilder::new());
         let mut strings = SegmentStrings {
             interner: &mut self.interner,
-            segment,
-            seq,
+            segment: &mut self.segment,
+            seq: self.seq,
         };
         let mut record: *mut u8 = std::ptr::null_mut();
-        let mut decoded: Vec<RawRecord> = Vec::with_capacity(valid / 64);
         loop {
             // SAFETY: walking a buffer CUPTI completed, with CUPTI's own cursor.
             let r = unsafe { (c.cupti.get_next_record)(buffer, valid, &mut record) };
@@ -591,14 +624,11 @@ impl Writer {
                     if matches!(raw.kind, RecordKind::Runtime | RecordKind::Driver) {
                         raw.name = api_name(&mut strings, &c.cupti, raw.kind, raw.code);
                     }
-                    decoded.push(raw);
+                    strings.segment.record(&raw);
                 }
                 Decoded::ZeroTimestamp => self.health.zero_timestamp += 1,
                 Decoded::Unknown => self.health.unknown += 1,
             }
-        }
-        for raw in &decoded {
-            strings.segment.record(raw);
         }
         c.pool.give(buffer);
         self.health.buffers += 1;
@@ -607,18 +637,18 @@ impl Writer {
 
     fn write_segment(&mut self) {
         let c = self.c;
-        let records = self.segment.as_ref().map_or(0, |s| s.records());
+        let records = self.segment.records();
         if records == 0 && self.health.is_quiet() {
             return;
         }
-        let segment = self.segment.take().unwrap_or_else(|| SegmentBuilder::new());
         let h = std::mem::take(&mut self.health);
         let health = format!(
             "{{\"records\":{records},\"dropped_records\":{},\"refused_buffers\":{},\"zero_timestamp_records\":{},\"unknown_records\":{},\"invalid_buffers\":{},\"buffers\":{},\"decode_ns\":{}}}",
             h.dropped, h.refused_buffers, h.zero_timestamp, h.unknown, h.invalid, h.buffers, h.decode_ns
         );
-        let bytes = segment.finish(&self.meta(), &health);
-        match wal::write_atomically(&c.cfg.dir, &wal::segment_name(c.pid, self.seq), &bytes) {
+        let meta = self.meta();
+        self.segment.finish_into(&meta, &health, &mut self.bytes);
+        match wal::write_atomically(&c.cfg.dir, &wal::segment_name(c.pid, self.seq), &self.bytes) {
             Ok(_) => {
                 self.totals.segments += 1;
                 self.totals.records += records as u64;

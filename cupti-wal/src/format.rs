@@ -281,8 +281,18 @@ impl SegmentBuilder {
     }
 
     /// The segment's bytes, with `meta_json` and `health_json` as its meta and health blocks.
-    pub fn finish(self, meta_json: &str, health_json: &str) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.records.len() + self.strings.len() + 256);
+    pub fn finish(mut self, meta_json: &str, health_json: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.finish_into(meta_json, health_json, &mut out);
+        out
+    }
+
+    /// Writes the segment's bytes into `out` (cleared first) and empties the builder, keeping
+    /// both buffers' memory for the next segment: a collector writing a segment a second
+    /// would otherwise fault in fresh pages for every one.
+    pub fn finish_into(&mut self, meta_json: &str, health_json: &str, out: &mut Vec<u8>) {
+        out.clear();
+        out.reserve(self.records.len() + self.strings.len() + 256);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
@@ -305,7 +315,10 @@ impl SegmentBuilder {
         );
         block(Block::Health, &[health_json.as_bytes()]);
         block(Block::End, &[&(self.record_count as u64).to_le_bytes()]);
-        out
+        self.strings.clear();
+        self.string_count = 0;
+        self.records.clear();
+        self.record_count = 0;
     }
 }
 
