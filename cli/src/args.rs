@@ -306,6 +306,9 @@ pub enum Command {
     /// Append each finished trace file a job writes into DIR to run NAME, as it is written
     /// (Kineto cycles, on-demand traces, Nsight Systems exports, rocprofv3 tables, stage logs)
     Watch(WatchArgs),
+    /// Run a command with gpuq's CUPTI collector injected and record its GPU activity into
+    /// a run while it runs; exits with the command's exit status
+    Record(RecordArgs),
     /// Write a synthetic Kineto trace or Nsight Systems export (for tests and benchmarks)
     Generate {
         /// Output file ('.gz' / '.zst' suffix compresses Kineto JSON)
@@ -593,4 +596,47 @@ pub struct WatchArgs {
     /// and left alone
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5min")]
     pub incomplete_after: i64,
+}
+
+// `gpuq record`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Run to record into (a new run) [default: record-<date>-<time>]
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Tag the run: KEY=VALUE (repeatable)
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+    /// How often the collector hands over what CUPTI holds and the run is committed: a
+    /// record is queryable at most this long (plus a commit) after the GPU finished it
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    pub flush_interval: i64,
+    /// Activity to record, comma-separated: kernel, memcpy, memset, sync, runtime, driver,
+    /// overhead, marker (NVTX ranges: steps, operators, scopes), external (external
+    /// correlation ids)
+    #[arg(long, default_value = gpuq_collector::collector::DEFAULT_KINDS, value_parser = parse_kinds)]
+    pub kinds: String,
+    /// Regex for NVTX ranges that are steps, with one capture group, the step number
+    /// [default: ProfilerStep#N, step N, iteration_N, train_step[N], ...]
+    #[arg(long, value_name = "REGEX")]
+    pub step_pattern: Option<String>,
+    /// The collector library [default: libgpuq_collector.so beside the gpuq executable]
+    #[arg(long, value_name = "PATH", env = "GPUQ_COLLECTOR")]
+    pub collector: Option<PathBuf>,
+    /// Directory for the collector's segment files (local disk) [default: a new directory
+    /// under the system's temporary one, removed at the end]
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+    /// The command and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+fn parse_kinds(s: &str) -> Result<String, String> {
+    gpuq_collector::collector::parse_kinds(s).map(|_| s.to_string())
 }

@@ -16,6 +16,10 @@ pub(crate) mod redact;
 pub(crate) mod source;
 pub(crate) mod spool;
 
+/// CUPTI activity recorded live (`gpuq record`): the collector's segments into rows.
+pub mod cupti {
+    pub use crate::formats::cupti::{Recording, SegmentHealth, SegmentMeta, Taken};
+}
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};
 pub use formats::detect::Format;
 pub use formats::nsys::step_pattern;

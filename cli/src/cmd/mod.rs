@@ -4,6 +4,7 @@ mod analysis;
 mod generate;
 mod history;
 mod ingest;
+mod record;
 mod runs;
 mod sql;
 mod watch;
@@ -47,6 +48,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ingest::run(store_path, &paths, &opts, quiet)
         }
         Command::Watch(args) => watch::run(store_path, watch::options(args)?).await,
+        Command::Record(args) => record::run(store_path, args).await,
         Command::Query {
             sql,
             file,

@@ -4,6 +4,7 @@
 //! [`crate::driver`] is the parsed trace of one source ([`ParsedTrace`]), or an error that
 //! says where in the source it went wrong ([`TraceError`]).
 
+pub mod cupti;
 pub mod detect;
 pub mod json;
 pub mod kineto;

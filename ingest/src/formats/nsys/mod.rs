@@ -343,7 +343,7 @@ fn enum_labels(
     Ok(map)
 }
 
-const MEMCPY_OPER: &[(i64, &str)] = &[
+pub(crate) const MEMCPY_OPER: &[(i64, &str)] = &[
     (0, "Unknown"),
     (1, "Host-to-Device"),
     (2, "Device-to-Host"),
@@ -361,7 +361,7 @@ const MEMCPY_OPER: &[(i64, &str)] = &[
 ];
 
 /// `copy_kind` codes, by `ENUM_CUDA_MEMCPY_OPER` id (Kineto's spelling).
-fn copy_code(kind: i64) -> &'static str {
+pub(crate) fn copy_code(kind: i64) -> &'static str {
     match kind {
         1 => "HtoD",
         2 => "DtoH",
@@ -381,7 +381,7 @@ fn copy_code(kind: i64) -> &'static str {
 }
 
 /// nsys numbering (CUPTI's minus one; CUPTI's 0 is nsys's 7).
-const MEM_KIND: &[(i64, &str)] = &[
+pub(crate) const MEM_KIND: &[(i64, &str)] = &[
     (0, "Pageable"),
     (1, "Pinned"),
     (2, "Device"),
@@ -409,7 +409,7 @@ fn name_key(space: NameSpace, id: i64) -> u64 {
     (space as u64) << 56 | (id as u64 & ((1 << 56) - 1))
 }
 
-fn sync_name(sync_type: Option<i64>) -> &'static str {
+pub(crate) fn sync_name(sync_type: Option<i64>) -> &'static str {
     match sync_type {
         Some(1) => "Event Sync",
         Some(2) => "Stream Wait Event",
@@ -440,7 +440,7 @@ fn tid_of(global: i64) -> i64 {
 
 /// An NVTX text that names an operator (PyTorch's `emit_nvtx`: `aten::mm, seq = 3, ...`):
 /// the operator part, else None.
-fn operator_name(text: &str) -> Option<&str> {
+pub(crate) fn operator_name(text: &str) -> Option<&str> {
     let head = text.split(',').next().unwrap_or(text).trim();
     let (ns, rest) = head.split_once("::")?;
     let ident = |s: &str| {
