@@ -114,9 +114,10 @@ fn a_recorded_run_holds_every_record_attributed_and_the_exit_status_is_the_comma
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("run r: 203 events (100 kernels)"), "{err}");
-    // With NVTX markers asked for, NVTX's injection names the libcupti in the process.
+    // With NVTX markers asked for, NVTX's injection is the collector (which passes it on).
     assert!(
-        err.contains("fakecupti: NVTX_INJECTION64_PATH=/") && err.contains("libgpuq_fakecupti.so"),
+        err.contains("fakecupti: NVTX_INJECTION64_PATH=/")
+            && err.contains("libgpuq_collector.so\n"),
         "{err}"
     );
     assert_eq!(
@@ -300,27 +301,39 @@ fn dropped_records_are_counted_in_the_runs_warnings() {
     let mut script = "drop 17\nrefuse_buffers 1\n".to_string();
     script += PREAMBLE;
     script += &step_lines(1, now_ns(), 10, 100);
-    script += "print_env NVTX_INJECTION64_PATH\nexit 0\n";
+    script += "print_env NVTX_INJECTION64_PATH\nsleep 1500\nexit 0\n";
     let s = write(dir.path(), "s.txt", &script);
-    // A segment that is not one is reported and skipped; the recording goes on.
     let spool = dir.path().join("spool");
     std::fs::create_dir(&spool).unwrap();
-    std::fs::write(
-        spool.join("cupti-0000000001-0000000001.seg"),
-        b"GPUQCUPT\x07\0\0\0\0\0\0\0",
-    )
-    .unwrap();
-    let o = record(
-        &store,
-        &s,
-        &[
-            "--run",
-            "d",
-            "--kinds=kernel,runtime",
-            "--spool",
-            spool.to_str().unwrap(),
-        ],
+    let bad = spool.join("cupti-0000000001-0000000001.seg");
+    // A spool holding another recording's segments is refused, before anything runs.
+    std::fs::write(&bad, b"GPUQCUPT\x07\0\0\0\0\0\0\0").unwrap();
+    let args = [
+        "--run",
+        "d",
+        "--kinds=kernel,runtime",
+        "--spool",
+        spool.to_str().unwrap(),
+    ];
+    let o = record(&store, &s, &args);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("another recording"), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("fakecupti"),
+        "the command ran: {}",
+        stderr(&o)
     );
+    // A segment that is not one, appearing while the command runs, is reported and skipped;
+    // the recording goes on.
+    std::fs::remove_file(&bad).unwrap();
+    let child = record_cmd(&store, &s, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&bad, b"GPUQCUPT\x07\0\0\0\0\0\0\0").unwrap();
+    let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("cupti-0000000001-0000000001.seg: byte 8: segment format"),
@@ -502,4 +515,40 @@ fn records_delivered_out_of_order_are_attributed_as_in_order() {
         "select coalesce(warning_details, '') as w from runs",
     );
     assert!(!w.contains("without the call"), "{w}");
+}
+
+#[test]
+fn a_full_buffer_pool_is_never_refused_to_cupti_before_api_27() {
+    // Four threads fill 64 KB buffers faster than a 1 MB pool can take them. CUDA 12.8's
+    // CUPTI (API 26) cannot take "no buffer" (the fake aborts if it gets one): the collector
+    // hands out buffers past its cap there and counts them; from API 27 on it refuses, and
+    // CUPTI counts the records dropped.
+    for (version, refuses) in [("12080", false), ("13000", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let script = format!(
+            "version {version}\n{PREAMBLE}threads 4 kernels=20000 start={} stream_base=20\nexit 0\n",
+            now_ns()
+        );
+        let s = write(dir.path(), "s.txt", &script);
+        let o = record_cmd(&store, &s, &["--run", "p", "--kinds=kernel,runtime"])
+            .env("GPUQ_BUFFER_KB", "64")
+            .env("GPUQ_MAX_BUFFER_MB", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{version}: {}", stderr(&o));
+        let n: u64 = query_csv(&store, "select count(*) from events where kind = 'kernel'")
+            .lines()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let w = query_csv(&store, "select coalesce(warning_details, '') from runs");
+        if refuses {
+            assert!(n <= 80_000, "{version}: {n}");
+        } else {
+            assert_eq!(n, 80_000, "{version}: {w}");
+        }
+        let _ = w;
+    }
 }

@@ -104,7 +104,11 @@ struct Pool {
     size: usize,
     allocated: AtomicUsize,
     max_buffers: usize,
+    /// CUPTI before API version 27 (CUDA 12.9) cannot take "no buffer": past the cap it
+    /// gets one anyway, counted as over the cap.
+    may_refuse: bool,
     refused: AtomicU64,
+    over_cap: AtomicU64,
 }
 
 impl Pool {
@@ -113,9 +117,12 @@ impl Pool {
             return p as *mut u8;
         }
         if self.allocated.fetch_add(1, Ordering::SeqCst) >= self.max_buffers {
-            self.allocated.fetch_sub(1, Ordering::SeqCst);
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            return std::ptr::null_mut();
+            if self.may_refuse {
+                self.allocated.fetch_sub(1, Ordering::SeqCst);
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return std::ptr::null_mut();
+            }
+            self.over_cap.fetch_add(1, Ordering::Relaxed);
         }
         // CUPTI wants 8-byte aligned buffers. They live as long as the process.
         let layout = std::alloc::Layout::from_size_align(self.size, 8).expect("buffer layout");
@@ -147,6 +154,10 @@ pub struct Collector {
     queue: Mutex<VecDeque<Completed>>,
     wake: Condvar,
     stopping: AtomicBool,
+    /// The collector's thread died (a bug): buffers go straight back to the pool.
+    failed: AtomicBool,
+    /// The process stopped waiting for the last flush: no more CUPTI calls.
+    abandoned: AtomicBool,
     stopped: Mutex<bool>,
     stopped_cv: Condvar,
     /// CUPTI's timestamp and the realtime clock, read together at start.
@@ -155,6 +166,14 @@ pub struct Collector {
 }
 
 static COLLECTOR: OnceLock<Collector> = OnceLock::new();
+
+/// The first CUPTI API version whose buffer request may be answered with no buffer (Kineto's
+/// `kCuptiBufferRejectionMinVersion`).
+const FIRST_VERSION_TAKING_NO_BUFFER: u32 = 27;
+
+/// Segments are cut at this many records, whatever the flush interval (a segment's blocks
+/// have 32-bit lengths): ~120 MB.
+const MAX_SEGMENT_RECORDS: u32 = 1 << 20;
 
 /// Starts the collector (the body of `InitializeInjection`): 1 when it runs, else 0.
 pub fn start() -> c_int {
@@ -201,16 +220,6 @@ pub fn start() -> c_int {
     }
     // SAFETY: plain CUPTI calls with valid arguments.
     unsafe { (cupti.set_thread_id_type)(cupti::THREAD_ID_TYPE_SYSTEM) };
-    // NVTX ranges reach CUPTI only through NVTX's own injection, which NVTX looks up at the
-    // application's first NVTX call (after `cuInit` in a training job): libcupti itself
-    // implements it, so that variable names libcupti unless the user set it.
-    if cfg.kinds.contains(&kind::MARKER) && std::env::var_os("NVTX_INJECTION64_PATH").is_none() {
-        if let Some(file) = cupti.file() {
-            // SAFETY: set while the process is in `cuInit`, before NVTX reads it; the
-            // variable is set once and never freed.
-            std::env::set_var("NVTX_INJECTION64_PATH", file);
-        }
-    }
     let clock = (cupti.timestamp(), realtime_ns());
     let buffer_bytes = cfg.buffer_bytes.max(64 << 10);
     let collector = Collector {
@@ -219,7 +228,9 @@ pub fn start() -> c_int {
             size: buffer_bytes,
             allocated: AtomicUsize::new(0),
             max_buffers: (cfg.max_buffer_bytes / buffer_bytes).max(2),
+            may_refuse: version >= FIRST_VERSION_TAKING_NO_BUFFER,
             refused: AtomicU64::new(0),
+            over_cap: AtomicU64::new(0),
         },
         pid: std::process::id(),
         cupti,
@@ -227,6 +238,8 @@ pub fn start() -> c_int {
         queue: Mutex::new(VecDeque::new()),
         wake: Condvar::new(),
         stopping: AtomicBool::new(false),
+        failed: AtomicBool::new(false),
+        abandoned: AtomicBool::new(false),
         stopped: Mutex::new(false),
         stopped_cv: Condvar::new(),
         clock,
@@ -236,9 +249,24 @@ pub fn start() -> c_int {
         return 1;
     }
     let c = COLLECTOR.get().expect("just set");
+    // The thread first, so that no buffer is handed out before something drains them.
+    if std::thread::Builder::new()
+        .name("gpuq-collector".into())
+        .spawn(move || writer_thread(c))
+        .is_err()
+    {
+        undo(c, subscriber);
+        disabled(
+            Some(c.cfg.dir.clone()),
+            "could not start the collector's thread",
+            Some((&c.cupti, version)),
+        );
+        return 0;
+    }
     // SAFETY: registering our two callbacks, which never unwind.
     let r = unsafe { (c.cupti.register_callbacks)(buffer_requested, buffer_completed) };
     if r != cupti::SUCCESS {
+        undo(c, subscriber);
         disabled(
             Some(c.cfg.dir.clone()),
             &format!("cuptiActivityRegisterCallbacks failed with CUPTI error {r}"),
@@ -254,22 +282,49 @@ pub fn start() -> c_int {
             refused_kinds.push(format!("{k} (error {r})"));
         }
     }
-    if std::thread::Builder::new()
-        .name("gpuq-collector".into())
-        .spawn(move || Writer::new(c).run())
-        .is_err()
-    {
-        disabled(
-            Some(c.cfg.dir.clone()),
-            "could not start the collector's thread",
-            Some((&c.cupti, version)),
-        );
-        return 0;
-    }
     // SAFETY: registering an extern "C" function that never unwinds.
     unsafe { libc::atexit(at_exit) };
     write_status(c, "running", None, &refused_kinds);
     1
+}
+
+/// Undoes a start that failed half-way: the writer stops, CUPTI's subscriber slot is given
+/// back for other tools.
+fn undo(c: &Collector, subscriber: *mut c_void) {
+    c.failed.store(true, Ordering::SeqCst);
+    stop_writer(c);
+    if let Some(unsubscribe) = c.cupti.unsubscribe {
+        // SAFETY: the handle cuptiSubscribe gave.
+        unsafe { unsubscribe(subscriber) };
+    }
+}
+
+/// Asks the collector's thread to flush and stop. `stopping` is set under the queue's lock,
+/// so the thread cannot miss the wake-up between checking it and waiting.
+fn stop_writer(c: &Collector) {
+    let q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+    c.stopping.store(true, Ordering::SeqCst);
+    c.wake.notify_all();
+    drop(q);
+}
+
+/// The collector's thread. A panic in it (a bug) must not take the process down or leave
+/// CUPTI drawing buffers nobody returns: the kinds are turned off, and buffers CUPTI still
+/// completes go straight back to the pool.
+fn writer_thread(c: &'static Collector) {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Writer::new(c).run()));
+    if run.is_err() {
+        c.failed.store(true, Ordering::SeqCst);
+        eprintln!("gpuq collector: its thread failed; recording stops (the process goes on)");
+        if let Some(disable) = c.cupti.disable {
+            for k in [kind::DEVICE, kind::CONTEXT].iter().chain(&c.cfg.kinds) {
+                // SAFETY: a plain CUPTI call.
+                unsafe { disable(*k) };
+            }
+        }
+        *c.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        c.stopped_cv.notify_all();
+    }
 }
 
 /// Says in the status file (when there is a directory) and on stderr why nothing is recorded.
@@ -343,6 +398,10 @@ unsafe extern "C" fn buffer_completed(
         if buffer.is_null() {
             return;
         }
+        if c.failed.load(Ordering::Relaxed) {
+            c.pool.give(buffer);
+            return;
+        }
         c.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -367,10 +426,16 @@ extern "C" fn at_exit() {
         if std::process::id() != c.pid {
             return;
         }
-        c.stopping.store(true, Ordering::SeqCst);
-        c.wake.notify_one();
+        stop_writer(c);
         let stopped = c.stopped.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = c.stopped_cv.wait_timeout_while(stopped, EXIT_WAIT, |s| !*s);
+        let (_stopped, waited) = c
+            .stopped_cv
+            .wait_timeout_while(stopped, EXIT_WAIT, |s| !*s)
+            .unwrap_or_else(|e| e.into_inner());
+        if waited.timed_out() {
+            // The process goes on to unload CUDA: the thread must not call CUPTI after this.
+            c.abandoned.store(true, Ordering::SeqCst);
+        }
     });
 }
 
@@ -388,6 +453,7 @@ struct Totals {
 struct Health {
     dropped: u64,
     refused_buffers: u64,
+    over_cap_buffers: u64,
     zero_timestamp: u64,
     unknown: u64,
     invalid: u64,
@@ -514,6 +580,9 @@ struct Writer {
     /// The bytes of the segment being written (kept between segments).
     bytes: Vec<u8>,
     seq: u64,
+    /// Segments built (written or not): the strings a segment defines are those not yet
+    /// defined in this generation.
+    generation: u64,
     health: Health,
     totals: Totals,
     streams: HashSet<(usize, u32)>,
@@ -526,6 +595,7 @@ impl Writer {
             interner: Interner::default(),
             segment: SegmentBuilder::new(),
             bytes: Vec::new(),
+            generation: 1,
             seq: 1,
             health: Health::default(),
             totals: Totals::default(),
@@ -571,6 +641,9 @@ impl Writer {
     /// what was dropped and writes the segment.
     fn flush(&mut self, flag: u32) {
         let c = self.c;
+        if c.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
         // SAFETY: a plain CUPTI call, never made from a CUPTI callback.
         unsafe { (c.cupti.flush_all)(flag) };
         let taken = std::mem::take(&mut *c.queue.lock().unwrap_or_else(|e| e.into_inner()));
@@ -589,6 +662,7 @@ impl Writer {
             self.health.dropped += n as u64;
         }
         self.health.refused_buffers += c.pool.refused.swap(0, Ordering::Relaxed);
+        self.health.over_cap_buffers += c.pool.over_cap.swap(0, Ordering::Relaxed);
         self.write_segment();
     }
 
@@ -596,6 +670,9 @@ impl Writer {
         for done in taken {
             self.streams.insert((done.context, done.stream));
             self.decode_buffer(done.buffer as *mut u8, done.valid);
+            if self.segment.records() >= MAX_SEGMENT_RECORDS {
+                self.write_segment();
+            }
         }
     }
 
@@ -605,7 +682,7 @@ impl Writer {
         let mut strings = SegmentStrings {
             interner: &mut self.interner,
             segment: &mut self.segment,
-            seq: self.seq,
+            seq: self.generation,
         };
         let mut record: *mut u8 = std::ptr::null_mut();
         loop {
@@ -643,15 +720,19 @@ impl Writer {
         }
         let h = std::mem::take(&mut self.health);
         let health = format!(
-            "{{\"records\":{records},\"dropped_records\":{},\"refused_buffers\":{},\"zero_timestamp_records\":{},\"unknown_records\":{},\"invalid_buffers\":{},\"buffers\":{},\"decode_ns\":{}}}",
-            h.dropped, h.refused_buffers, h.zero_timestamp, h.unknown, h.invalid, h.buffers, h.decode_ns
+            "{{\"records\":{records},\"dropped_records\":{},\"refused_buffers\":{},\"over_cap_buffers\":{},\"zero_timestamp_records\":{},\"unknown_records\":{},\"invalid_buffers\":{},\"buffers\":{},\"decode_ns\":{}}}",
+            h.dropped, h.refused_buffers, h.over_cap_buffers, h.zero_timestamp, h.unknown, h.invalid, h.buffers, h.decode_ns
         );
         let meta = self.meta();
         self.segment.finish_into(&meta, &health, &mut self.bytes);
+        self.generation += 1;
         match wal::write_atomically(&c.cfg.dir, &wal::segment_name(c.pid, self.seq), &self.bytes) {
             Ok(_) => {
                 self.totals.segments += 1;
                 self.totals.records += records as u64;
+                // Numbers stay contiguous (the sink reads them in order): a segment that
+                // could not be written gives its number to the next.
+                self.seq += 1;
             }
             Err(e) => {
                 if self.totals.write_errors == 0 {
@@ -664,7 +745,6 @@ impl Writer {
             }
         }
         self.totals.dropped += h.dropped;
-        self.seq += 1;
     }
 
     fn meta(&self) -> String {

@@ -55,9 +55,9 @@ pub struct Cupti {
     pub get_timestamp: unsafe extern "C" fn(*mut u64) -> CuptiResult,
     pub set_thread_id_type: unsafe extern "C" fn(u32) -> CuptiResult,
     pub get_callback_name: unsafe extern "C" fn(u32, u32, *mut *const c_char) -> CuptiResult,
-    /// CUDA 12.5 and later: turns single noisy API calls off.
-    pub enable_runtime_api: Option<unsafe extern "C" fn(u32, u8) -> CuptiResult>,
-    pub enable_driver_api: Option<unsafe extern "C" fn(u32, u8) -> CuptiResult>,
+    /// Used only to undo a start that failed half-way, or to stop after a failure.
+    pub unsubscribe: Option<unsafe extern "C" fn(*mut c_void) -> CuptiResult>,
+    pub disable: Option<unsafe extern "C" fn(u32) -> CuptiResult>,
 }
 
 /// The sonames tried, newest first.
@@ -82,38 +82,55 @@ fn open(name: &str, flags: c_int) -> Option<*mut c_void> {
     (!handle.is_null()).then_some(handle)
 }
 
+/// The libcupti to use (see the module's comment): its handle and where it was found.
+fn find_library() -> Result<(*mut c_void, String), String> {
+    for soname in SONAMES {
+        if let Some(h) = open(soname, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
+            return Ok((h, format!("{soname} (already loaded)")));
+        }
+    }
+    if let Ok(path) = std::env::var("GPUQ_CUPTI_LIB") {
+        return match open(&path, libc::RTLD_NOW | libc::RTLD_GLOBAL) {
+            Some(h) => Ok((h, path)),
+            None => Err(format!("GPUQ_CUPTI_LIB={path}: {}", dlerror_text())),
+        };
+    }
+    for soname in SONAMES {
+        if let Some(h) = open(soname, libc::RTLD_NOW | libc::RTLD_GLOBAL) {
+            return Ok((h, soname.to_string()));
+        }
+    }
+    Err(format!(
+        "no libcupti found ({} not loaded, none loadable; set GPUQ_CUPTI_LIB to its path)",
+        SONAMES.join(", ")
+    ))
+}
+
+/// NVTX's injection entry point, passed on to libcupti's own: NVTX ranges reach CUPTI (as
+/// MARKER records) only through it. `gpuq record` points `NVTX_INJECTION64_PATH` at the
+/// collector, which the application's first NVTX call loads, before or after `cuInit`.
+pub fn nvtx_initialize(get_export_table: *const c_void) -> c_int {
+    let Ok((handle, _)) = find_library() else {
+        return 0;
+    };
+    let Ok(name) = CString::new("InitializeInjectionNvtx2") else {
+        return 0;
+    };
+    // SAFETY: a handle from dlopen and a C string.
+    let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: libcupti's InitializeInjectionNvtx2, `int (*)(NvtxGetExportTableFunc_t)`.
+    let init: unsafe extern "C" fn(*const c_void) -> c_int = unsafe { std::mem::transmute(p) };
+    // SAFETY: NVTX's pointer, passed on unchanged.
+    unsafe { init(get_export_table) }
+}
+
 impl Cupti {
     /// Finds libcupti (see the module's comment) and resolves the functions, or says why not.
     pub fn load() -> Result<Cupti, String> {
-        let mut found = None;
-        for soname in SONAMES {
-            if let Some(h) = open(soname, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
-                found = Some((h, format!("{soname} (already loaded)")));
-                break;
-            }
-        }
-        if found.is_none() {
-            if let Ok(path) = std::env::var("GPUQ_CUPTI_LIB") {
-                match open(&path, libc::RTLD_NOW | libc::RTLD_GLOBAL) {
-                    Some(h) => found = Some((h, path)),
-                    None => return Err(format!("GPUQ_CUPTI_LIB={path}: {}", dlerror_text())),
-                }
-            }
-        }
-        if found.is_none() {
-            for soname in SONAMES {
-                if let Some(h) = open(soname, libc::RTLD_NOW | libc::RTLD_GLOBAL) {
-                    found = Some((h, soname.to_string()));
-                    break;
-                }
-            }
-        }
-        let Some((handle, library)) = found else {
-            return Err(format!(
-                "no libcupti found ({} not loaded, none loadable; set GPUQ_CUPTI_LIB to its path)",
-                SONAMES.join(", ")
-            ));
-        };
+        let (handle, library) = find_library()?;
         let sym = |name: &str| -> Option<*mut c_void> {
             let c = CString::new(name).ok()?;
             // SAFETY: a valid handle from dlopen and a C string.
@@ -145,8 +162,8 @@ impl Cupti {
             get_timestamp: required!("cuptiGetTimestamp"),
             set_thread_id_type: required!("cuptiSetThreadIdType"),
             get_callback_name: required!("cuptiGetCallbackName"),
-            enable_runtime_api: optional!("cuptiActivityEnableRuntimeApi"),
-            enable_driver_api: optional!("cuptiActivityEnableDriverApi"),
+            unsubscribe: optional!("cuptiUnsubscribe"),
+            disable: optional!("cuptiActivityDisable"),
             library,
         })
     }

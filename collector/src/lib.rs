@@ -12,7 +12,8 @@
 //! Configured by the environment `gpuq record` sets: `GPUQ_RECORD_DIR` (required: without it
 //! the library does nothing), `GPUQ_FLUSH_MS`, `GPUQ_KINDS`, `GPUQ_RANK` (else `RANK`),
 //! `GPUQ_BUFFER_KB`, `GPUQ_MAX_BUFFER_MB`; `GPUQ_CUPTI_LIB` names a libcupti to load when the
-//! process has none mapped.
+//! process has none mapped. Its second export, [`InitializeInjectionNvtx2`], is NVTX's
+//! injection entry point, passed on to libcupti's.
 
 pub mod collector;
 pub mod cupti;
@@ -24,4 +25,14 @@ pub mod layout;
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> std::ffi::c_int {
     std::panic::catch_unwind(collector::start).unwrap_or(0)
+}
+
+/// NVTX's injection entry point (`NVTX_INJECTION64_PATH`, set by `gpuq record` when NVTX
+/// markers are recorded): passed on to libcupti's, so the application's NVTX ranges become
+/// CUPTI marker records. Returns 0 (NVTX then stays a no-op) when there is no libcupti.
+#[no_mangle]
+pub extern "C" fn InitializeInjectionNvtx2(
+    get_export_table: *const std::ffi::c_void,
+) -> std::ffi::c_int {
+    std::panic::catch_unwind(|| cupti::nvtx_initialize(get_export_table)).unwrap_or(0)
 }

@@ -388,7 +388,10 @@ pub fn read_segment(bytes: &[u8]) -> Result<Segment, SegmentError> {
         let tag = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
         let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
         let body_at = at + 8;
-        let Some(body) = bytes.get(body_at..body_at + len) else {
+        let Some(body) = body_at
+            .checked_add(len)
+            .and_then(|end| bytes.get(body_at..end))
+        else {
             return Err(err(
                 at,
                 format!("block of {len} bytes runs past the end of the file"),
@@ -453,7 +456,10 @@ fn read_strings(
         };
         let id = u32::from_le_bytes(head[..4].try_into().unwrap());
         let len = u32::from_le_bytes(head[4..].try_into().unwrap()) as usize;
-        let Some(text) = body.get(at + 8..at + 8 + len) else {
+        let Some(text) = (at + 8)
+            .checked_add(len)
+            .and_then(|end| body.get(at + 8..end))
+        else {
             return Err(err(at, "string runs past its block"));
         };
         // CUPTI's texts are C strings from the application: keep what is not UTF-8, visibly.
@@ -475,7 +481,7 @@ fn read_records(body: &[u8], base: usize, out: &mut Vec<RawRecord>) -> Result<()
         return Err(err(0, "records block without a count".into()));
     }
     let count = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
-    if body.len() - 4 != count * RECORD_BYTES {
+    if Some(body.len() - 4) != count.checked_mul(RECORD_BYTES) {
         return Err(err(
             0,
             format!(

@@ -430,6 +430,13 @@ pub fn emit(what: Counted, rec: &RecordBytes, cbid: Option<u32>) {
         unsafe { f(&mut ptr, &mut size, &mut max) };
     }
     if ptr.is_null() || size == 0 {
+        // Real CUPTI before API 27 (CUDA 12.9) cannot take "no buffer": a client that
+        // answers so would crash the application there, so the fake stops it loudly.
+        let version = API_VERSION.load(Ordering::Relaxed);
+        if version < 27 && requested.is_some() {
+            eprintln!("fakecupti: the client returned no buffer at CUPTI API {version} (< 27)");
+            std::process::abort();
+        }
         drop_refused();
         return;
     }

@@ -96,6 +96,8 @@ pub enum RecordError {
     },
     #[error("run {0} already exists: record into a new run (or remove it first)")]
     RunExists(RunId),
+    #[error("{}: holds another recording's segments; give an empty directory as --spool", .0.display())]
+    SpoolInUse(PathBuf),
 }
 
 /// Set by SIGTERM: the command is asked to stop (it gets SIGTERM too) and the recording
@@ -134,6 +136,21 @@ pub fn record(
         path: spool.clone(),
         error,
     })?;
+    // Another recording's segments or status files would be read into this run.
+    let used = std::fs::read_dir(&spool)
+        .map_err(|error| RecordError::Io {
+            path: spool.clone(),
+            error,
+        })?
+        .flatten()
+        .any(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                wal::parse_segment_name(n).is_some() || wal::parse_status_name(n).is_some()
+            })
+        });
+    if used {
+        return Err(RecordError::SpoolInUse(spool));
+    }
     let result = record_into(store, opts, command, &spool, progress);
     // A temporary spool goes, unless an error left segments in it that were not stored.
     let unstored = std::fs::read_dir(&spool).is_ok_and(|d| {
@@ -150,6 +167,11 @@ pub fn record(
     result
 }
 
+/// How long after the command exits its processes' collectors may still be writing their
+/// last segment (a process the command started and did not wait for, or one in its exit
+/// flush): the collector's own wait at exit, and a margin.
+const EXIT_GRACE: Duration = Duration::from_secs(6);
+
 fn record_into(
     store: &Store,
     opts: &RecordOptions,
@@ -157,8 +179,19 @@ fn record_into(
     spool: &Path,
     progress: &mut dyn FnMut(&RecordSummary),
 ) -> Result<RecordSummary, RecordError> {
+    // The store is opened for writing before the command starts: a store that cannot be
+    // written fails here, not after the job.
+    let mut sink = Sink::new(store, opts)?;
     let program = command.first().cloned().unwrap_or_default();
-    let mut child = Command::new(&program)
+    let mut cmd = Command::new(&program);
+    // NVTX ranges reach CUPTI through NVTX's own injection: the collector passes it on to
+    // libcupti. A path the user set is left alone.
+    if opts.kinds.split(',').any(|k| k.trim() == "marker")
+        && std::env::var_os("NVTX_INJECTION64_PATH").is_none()
+    {
+        cmd.env("NVTX_INJECTION64_PATH", &opts.collector);
+    }
+    let mut child = cmd
         .args(&command[1..])
         .env("CUDA_INJECTION64_PATH", &opts.collector)
         .env("GPUQ_RECORD_DIR", spool)
@@ -180,38 +213,48 @@ fn record_into(
             on_terminate as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
     }
-    let result = follow(&mut child, store, opts, spool, progress);
-    if result.is_err() {
+    let result = follow(&mut child, &mut sink, opts, spool, progress);
+    if let Err(e) = &result {
         // Recording failed (the store could not be written): the command is the user's
-        // job, so it is not killed; gpuq waits for it and then reports the error.
-        let _ = child.wait();
+        // job, so it is not killed. Said now, not after the job; the spool is removed so
+        // the collectors' segments stop filling the disk (their writes fail, counted).
+        eprintln!("record: recording stopped: {e}; waiting for the command to exit");
+        let _ = std::fs::remove_dir_all(spool);
+        let mut passed_on = false;
+        while let Ok(None) = child.try_wait() {
+            pass_on_terminate(&child, &mut passed_on);
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     result
+}
+
+/// Passes a SIGTERM gpuq received on to the command, once.
+fn pass_on_terminate(child: &std::process::Child, passed_on: &mut bool) {
+    if TERMINATE.load(Ordering::SeqCst) && !*passed_on {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        *passed_on = true;
+    }
 }
 
 /// Reads and commits segments until `child` has exited and its last segments are stored.
 fn follow(
     child: &mut std::process::Child,
-    store: &Store,
+    sink: &mut Sink<'_>,
     opts: &RecordOptions,
     spool: &Path,
     progress: &mut dyn FnMut(&RecordSummary),
 ) -> Result<RecordSummary, RecordError> {
-    let program = PathBuf::from("the command");
-    let mut sink = Sink::new(store, opts)?;
     let poll = (opts.flush / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
     let mut passed_on = false;
     let status = loop {
-        if TERMINATE.load(Ordering::SeqCst) && !passed_on {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            passed_on = true;
-        }
+        pass_on_terminate(child, &mut passed_on);
         let exited = child.try_wait().map_err(|error| RecordError::Io {
-            path: PathBuf::from(&program),
+            path: PathBuf::from("the command"),
             error,
         })?;
-        sink.read_new(spool)?;
+        sink.read_new(spool, false)?;
         sink.commit(false)?;
         progress(&sink.summary);
         if let Some(status) = exited {
@@ -219,13 +262,47 @@ fn follow(
         }
         std::thread::sleep(poll);
     };
-    // The command is gone: its collectors have written their last segments (or were killed).
-    sink.read_new(spool)?;
+    // The command is gone. Processes it left behind, or still in their exit flush, may
+    // write their last segments for a little while: until every collector says it exited.
+    let gone = Instant::now();
+    while statuses(spool).values().any(|s| s == "running") && gone.elapsed() < EXIT_GRACE {
+        sink.read_new(spool, false)?;
+        std::thread::sleep(poll);
+    }
+    sink.read_new(spool, true)?;
     sink.finish(spool);
     sink.commit(true)?;
     sink.summary.status = Some(status);
     progress(&sink.summary);
-    Ok(sink.summary)
+    Ok(std::mem::take(&mut sink.summary))
+}
+
+/// The collectors' states (`running`, `disabled`, `exited`), by process.
+fn statuses(spool: &Path) -> BTreeMap<u32, String> {
+    status_files(spool)
+        .into_iter()
+        .map(|(pid, v)| {
+            let state = v.get("state").and_then(|s| s.as_str()).unwrap_or("");
+            (pid, state.to_string())
+        })
+        .collect()
+}
+
+fn status_files(spool: &Path) -> BTreeMap<u32, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    if let Ok(dir) = std::fs::read_dir(spool) {
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            if let Some(pid) = name.to_str().and_then(wal::parse_status_name) {
+                if let Ok(text) = std::fs::read_to_string(entry.path()) {
+                    if let Ok(v) = serde_json::from_str(&text) {
+                        out.insert(pid, v);
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Reads segments in sequence per process and commits what they hold.
@@ -263,9 +340,10 @@ impl<'a> Sink<'a> {
     }
 
     /// Reads the segments written since the last call, in order per process. A process's
-    /// segments are numbered from 1 without gaps, except where its collector could not write
-    /// one (counted by the collector); a segment newer than the next expected is read anyway.
-    fn read_new(&mut self, spool: &Path) -> Result<(), RecordError> {
+    /// segments are numbered 1, 2, ... without gaps, but a directory listing taken while
+    /// two are renamed into place may show the later one only: it waits for the one before,
+    /// unless `all` (the processes are gone, nothing more will come).
+    fn read_new(&mut self, spool: &Path, all: bool) -> Result<(), RecordError> {
         let io = |error| RecordError::Io {
             path: spool.to_path_buf(),
             error,
@@ -277,12 +355,15 @@ impl<'a> Sink<'a> {
             let Some((pid, seq)) = name.to_str().and_then(wal::parse_segment_name) else {
                 continue;
             };
-            if seq >= *self.next_seq.get(&pid).unwrap_or(&0) {
+            if seq >= *self.next_seq.get(&pid).unwrap_or(&1) {
                 names.push((pid, seq, entry.path()));
             }
         }
         names.sort();
         for (pid, seq, path) in names {
+            if !all && seq != *self.next_seq.get(&pid).unwrap_or(&1) {
+                continue;
+            }
             self.next_seq.insert(pid, seq + 1);
             // A segment that cannot be read is reported and skipped: the others still are.
             let read = std::fs::read(&path)
@@ -307,19 +388,7 @@ impl<'a> Sink<'a> {
     /// The command has exited: processes whose collector did not say it exited were killed
     /// (their last interval is lost), and records still waiting are stored as they are.
     fn finish(&mut self, spool: &Path) {
-        let mut statuses: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
-        if let Ok(dir) = std::fs::read_dir(spool) {
-            for entry in dir.flatten() {
-                let name = entry.file_name();
-                if let Some(pid) = name.to_str().and_then(wal::parse_status_name) {
-                    if let Ok(text) = std::fs::read_to_string(entry.path()) {
-                        if let Ok(v) = serde_json::from_str(&text) {
-                            statuses.insert(pid, v);
-                        }
-                    }
-                }
-            }
-        }
+        let statuses = status_files(spool);
         self.summary.collectors = statuses.len();
         for (pid, status) in &statuses {
             match status.get("state").and_then(|s| s.as_str()) {
@@ -368,13 +437,14 @@ impl<'a> Sink<'a> {
             .filter(|p| !self.sourced.contains(p))
             .copied()
             .collect();
-        if taken.events.is_none()
-            && taken.counters.is_none()
-            && warnings.is_empty()
-            && new_processes.is_empty()
-        {
-            self.delete_read();
-            return Ok(());
+        if taken.events.is_none() && taken.counters.is_none() && new_processes.is_empty() {
+            // Warnings alone wait for rows (a run created by warnings alone would have its
+            // metadata replaced by the first append with rows), unless nothing more comes.
+            if !last || warnings.is_empty() {
+                self.pending_warnings = warnings;
+                self.delete_read();
+                return Ok(());
+            }
         }
         let Taken {
             events,

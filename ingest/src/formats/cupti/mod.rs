@@ -43,8 +43,13 @@ use std::sync::Arc;
 /// Segments a GPU record waits for the call that launched it.
 pub const HOLD_SEGMENTS: u64 = 3;
 
-/// Launches older than this (ns before the newest host time of their process) are forgotten.
-const LAUNCH_MEMORY_NS: i64 = 120_000_000_000;
+/// Launches older than this (ns before the newest host time of their process) are forgotten:
+/// GPU work does not wait longer than this for its launch's records.
+const LAUNCH_MEMORY_NS: i64 = 30_000_000_000;
+
+/// External correlation ids kept waiting for their API record (normally it comes in the same
+/// buffer, right after).
+const EXTERNAL_KEPT: usize = 1 << 20;
 
 /// The process a segment came from, as its meta block says.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -78,6 +83,8 @@ pub struct SegmentHealth {
     #[serde(default)]
     pub refused_buffers: u64,
     #[serde(default)]
+    pub over_cap_buffers: u64,
+    #[serde(default)]
     pub zero_timestamp_records: u64,
     #[serde(default)]
     pub unknown_records: u64,
@@ -90,6 +97,8 @@ pub struct SegmentHealth {
 /// A host range (an NVTX start/end pair) on a thread.
 #[derive(Debug, Clone)]
 struct Range {
+    /// The NVTX marker id its start and end share.
+    id: u32,
     tid: u32,
     start: i64,
     /// `None` while only its start is known.
@@ -220,8 +229,8 @@ impl Recording {
         };
         let pid = meta.pid;
         let shift = {
-            let d = meta.clock.realtime_ns - meta.clock.cupti_ns;
-            if d.abs() > 1_000_000_000 {
+            let d = meta.clock.realtime_ns.saturating_sub(meta.clock.cupti_ns);
+            if d.saturating_abs() > 1_000_000_000 {
                 self.warn(
                     "CUPTI's clock is not the realtime clock: its times were moved by the difference read at start",
                     1,
@@ -246,7 +255,7 @@ impl Recording {
         p.segments += 1;
         // One shift per process: the clock pair is read once, when its collector starts.
         let shift = p.shift;
-        let ts_of = |t: i64| t + shift;
+        let ts_of = |t: i64| t.saturating_add(shift);
         let health_ts = seg
             .records
             .iter()
@@ -271,6 +280,10 @@ impl Recording {
         self.warn(
             "GPU records without timestamps (CUPTI's device buffer ran out)",
             health.zero_timestamp_records,
+        );
+        self.warn(
+            "CUPTI buffers handed out past GPUQ_MAX_BUFFER_MB (CUPTI before 12.9 cannot be refused one)",
+            health.over_cap_buffers,
         );
         self.warn(
             "CUPTI records of kinds gpuq does not store",
@@ -359,6 +372,7 @@ impl Recording {
                     list.insert(
                         at,
                         Range {
+                            id: r.value,
                             tid: r.tid,
                             start,
                             end: None,
@@ -387,7 +401,7 @@ impl Recording {
                     if let Some(range) = list[from..]
                         .iter_mut()
                         .take_while(|x| x.start == start)
-                        .find(|x| x.end.is_none() && x.tid == tid)
+                        .find(|x| x.end.is_none() && x.id == r.value)
                     {
                         range.end = Some(ts_of(r.start).max(range.start));
                         host_rows.push(range.clone());
@@ -593,15 +607,17 @@ impl Recording {
         }
         p.pending = waiting;
         // Forget what no later record can need.
-        let horizon = p.newest_host_ts - LAUNCH_MEMORY_NS;
+        let horizon = p.newest_host_ts.saturating_sub(LAUNCH_MEMORY_NS);
         p.launches.retain(|_, l| l.ts >= horizon);
-        // Ranges ended before the horizon go, up to the first one still open or later.
-        for list in p.ranges.values_mut().chain(std::iter::once(&mut p.steps)) {
-            let keep_from = list
-                .iter()
-                .position(|r| r.end.is_none_or(|e| e >= horizon))
-                .unwrap_or(list.len());
-            list.drain(..keep_from);
+        // Ranges that ended before the horizon go; open ones stay, however old (a range
+        // around the whole loop). Only every so often: it is a pass over the ranges.
+        if p.segments % 8 == 0 {
+            for list in p.ranges.values_mut().chain(std::iter::once(&mut p.steps)) {
+                list.retain(|r| r.end.is_none_or(|e| e >= horizon));
+            }
+            if p.external.len() > EXTERNAL_KEPT {
+                p.external.clear();
+            }
         }
         self.warn(
             "GPU records stored without the call that launched them (no step, operator or scope)",
@@ -642,11 +658,15 @@ impl Recording {
             for row in &rows {
                 let r = &row.record;
                 let gpu = row.kind.is_gpu();
-                let rank = self
-                    .processes
-                    .get(&r.pid)
-                    .and_then(|p| p.rank)
-                    .or_else(|| self.processes.values().next().and_then(|p| p.rank));
+                // API records carry CUPTI's process id; GPU rows the segment's. A pid that is
+                // no collector's (a fake's scripted one) takes the only process's rank.
+                let rank = match self.processes.get(&r.pid) {
+                    Some(p) => p.rank,
+                    None if self.processes.len() == 1 => {
+                        self.processes.values().next().and_then(|p| p.rank)
+                    }
+                    None => None,
+                };
                 ranks.push(rank);
                 steps.push(row.attribution.step);
                 match &row.attribution.op {
@@ -705,11 +725,17 @@ impl Recording {
         }
         if !self.counters.is_empty() {
             let mut c = CounterColumns::default();
+            let mut ranks = Vec::with_capacity(self.counters.len());
             for (rank, pid, name, ts, value) in self.counters.drain(..) {
-                let _ = rank;
+                ranks.push(rank);
                 c.push(None, Some(pid as i64), name, ts, value);
             }
-            taken.counters = Some(c.finish());
+            let batch = c.finish();
+            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+            columns[0] = Arc::new(Int32Array::from(ranks));
+            taken.counters = Some(
+                RecordBatch::try_new(batch.schema(), columns).expect("counters columns in order"),
+            );
         }
         taken
     }

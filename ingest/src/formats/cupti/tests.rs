@@ -254,3 +254,51 @@ fn memcpy_memset_and_sync_are_labelled_as_nsys_labels_them() {
         .as_primitive::<Int32Type>();
     assert_eq!(device.value(2), 1);
 }
+
+#[test]
+fn nested_ranges_that_start_together_are_closed_by_their_own_ids() {
+    let mut rec = Recording::new(None);
+    // "forward" (id 1) and "aten::mm" (id 2) start at the same ns; the inner one ends first.
+    let records = [
+        marker(2, 1, 0, 5),
+        marker(2, 2, 0, 4),
+        marker(4, 2, 50, 0),
+        marker(4, 1, 100, 0),
+    ];
+    rec.push(&segment(1, STRINGS, &records, "")).unwrap();
+    let b = rec.take().events.unwrap();
+    let names = names(&b, "name");
+    let dur = column_i64(&b, "dur");
+    let at = |n: &str| names.iter().position(|x| x.as_deref() == Some(n)).unwrap();
+    assert_eq!(dur[at("forward")], Some(100));
+    assert_eq!(dur[at("aten::mm, seq = 3")], Some(50));
+}
+
+#[test]
+fn each_process_keeps_its_own_rank() {
+    let mut rec = Recording::new(None);
+    let seg = |pid: u32, rank: Option<i32>| {
+        let mut b = SegmentBuilder::new();
+        b.record(&kernel(0, 10));
+        let rank = rank.map_or("null".to_string(), |r| r.to_string());
+        let meta = format!(
+            "{{\"pid\":{pid},\"rank\":{rank},\"clock\":{{\"cupti_ns\":{T0},\"realtime_ns\":{T0}}},\"seq\":1}}"
+        );
+        read_segment(&b.finish(&meta, "")).unwrap()
+    };
+    rec.push(&seg(10, Some(1))).unwrap();
+    rec.push(&seg(11, None)).unwrap();
+    let b = rec.take().events.unwrap();
+    let pid = column_i64(&b, "pid");
+    let rank = b
+        .column_by_name("rank")
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    for i in 0..b.num_rows() {
+        match pid[i] {
+            Some(10) => assert_eq!(rank.value(i), 1),
+            Some(11) => assert!(rank.is_null(i), "a process without a rank takes none"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
