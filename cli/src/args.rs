@@ -309,6 +309,8 @@ pub enum Command {
     /// Run a command with gpuq's CUPTI collector injected and record its GPU activity into
     /// a run while it runs; exits with the command's exit status
     Record(RecordArgs),
+    /// Write a run (or a window of it) as a timeline for Perfetto or chrome://tracing
+    Export(ExportArgs),
     /// Write a synthetic Kineto trace or Nsight Systems export (for tests and benchmarks)
     Generate {
         /// Output file ('.gz' / '.zst' suffix compresses Kineto JSON)
@@ -639,4 +641,40 @@ pub struct RecordArgs {
 
 fn parse_kinds(s: &str) -> Result<String, String> {
     gpuq_collector::collector::parse_kinds(s).map(|_| s.to_string())
+}
+
+/// `gpuq export`'s timeline formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Perfetto's protobuf trace (ui.perfetto.dev): exact nanoseconds, compact
+    Perfetto,
+    /// Chrome's JSON trace (chrome://tracing, TensorBoard)
+    Chrome,
+}
+
+// `gpuq export`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The run
+    pub run: String,
+    /// Output file ('-' for standard output)
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]
+    pub format: ExportFormat,
+    /// Only these steps (3..5, 3.., ..5, 4): from the first one's start to the last one's end
+    #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+    pub steps: Option<String>,
+    /// Start of the window, after the run's first event (e.g. 2s, 150ms)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub from: Option<i64>,
+    /// End of the window, after the run's first event
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub to: Option<i64>,
+    /// Only these ranks (comma-separated)
+    #[arg(long, value_name = "RANKS", value_delimiter = ',')]
+    pub ranks: Vec<i32>,
+    /// Leave out slices shorter than this (e.g. 1us)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
+    pub min_dur: i64,
 }

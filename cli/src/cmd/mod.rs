@@ -1,6 +1,7 @@
 //! The subcommands: [`run`] hands each parsed [`Command`] to the module of its family.
 
 mod analysis;
+mod export;
 mod generate;
 mod history;
 mod ingest;
@@ -49,6 +50,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Watch(args) => watch::run(store_path, watch::options(args)?).await,
         Command::Record(args) => record::run(store_path, args).await,
+        Command::Export(args) => export::run(store_path, args).await,
         Command::Query {
             sql,
             file,

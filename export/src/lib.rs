@@ -1,0 +1,528 @@
+//! `gpuq export`: a stored run as a timeline, for Perfetto ([`perfetto`], its protobuf trace
+//! format: exact nanoseconds, interned names) or chrome://tracing and TensorBoard
+//! ([`chrome`], JSON).
+//!
+//! Tracks: a process per rank; in it a track per GPU stream (kernels, copies, sets, syncs),
+//! per GPU's annotations, per host thread (operators, annotations, runtime calls), flows from
+//! each launch call to its GPU work (by correlation id), the `counters` table as counter
+//! tracks, and gpuq's own knowledge: a `steps` track and an `idle gaps` track per GPU whose
+//! slices are named by their cause (`gpu_gaps`).
+//!
+//! A [`Window`] (steps, a time range, ranks, a minimum duration) picks the part of a large run
+//! a viewer can hold. Rows are read as a stream and written a batch at a time, so memory does
+//! not grow with the run.
+
+pub mod chrome;
+pub mod perfetto;
+mod protobuf;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
+use datafusion::execution::context::SessionContext;
+use futures::StreamExt;
+use gpuq_query::analyses::StepRange;
+use std::io::Write;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{0}")]
+    Query(#[from] datafusion::error::DataFusionError),
+    #[error("{0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    #[error("writing the export: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Window(String),
+}
+
+type Result<T> = std::result::Result<T, ExportError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Perfetto,
+    Chrome,
+}
+
+/// The part of a run to export.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    /// Steps, as `3..5`, `3..`, `..5` or `4`: from the first one's start to the last one's end.
+    pub steps: Option<String>,
+    /// ns after the run's first event.
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+    /// Only these ranks (all when empty).
+    pub ranks: Vec<i32>,
+    /// Leave out slices shorter than this (ns); instants and counters stay.
+    pub min_dur: i64,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub slices: u64,
+    pub instants: u64,
+    pub counters: u64,
+    pub flows: u64,
+    pub tracks: u64,
+    /// The window's times (ns), as resolved.
+    pub from_ns: i64,
+    pub to_ns: i64,
+}
+
+/// A timeline track.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Track {
+    Stream {
+        rank: Option<i32>,
+        device: i32,
+        stream: Option<i64>,
+    },
+    GpuAnnotations {
+        rank: Option<i32>,
+        device: i32,
+    },
+    Thread {
+        rank: Option<i32>,
+        pid: Option<i64>,
+        tid: Option<i64>,
+    },
+    Steps {
+        rank: Option<i32>,
+    },
+    Gaps {
+        rank: Option<i32>,
+        device: Option<i32>,
+    },
+    Counter {
+        rank: Option<i32>,
+        device: Option<i32>,
+        name: String,
+    },
+}
+
+impl Track {
+    pub fn rank(&self) -> Option<i32> {
+        match self {
+            Track::Stream { rank, .. }
+            | Track::GpuAnnotations { rank, .. }
+            | Track::Thread { rank, .. }
+            | Track::Steps { rank }
+            | Track::Gaps { rank, .. }
+            | Track::Counter { rank, .. } => *rank,
+        }
+    }
+
+    /// The name a viewer shows.
+    pub fn name(&self) -> String {
+        let or_q = |v: Option<i64>| v.map_or("?".to_string(), |v| v.to_string());
+        match self {
+            Track::Stream { device, stream, .. } => {
+                format!("GPU {device} stream {}", or_q(*stream))
+            }
+            Track::GpuAnnotations { device, .. } => format!("GPU {device} annotations"),
+            Track::Thread { pid, tid, .. } => format!("thread {} (pid {})", or_q(*tid), or_q(*pid)),
+            Track::Steps { .. } => "steps".into(),
+            Track::Gaps { device, .. } => {
+                format!("GPU {} idle gaps (by cause)", or_q(device.map(i64::from)))
+            }
+            Track::Counter { device, name, .. } => match device {
+                Some(d) => format!("{name} (GPU {d})"),
+                None => name.clone(),
+            },
+        }
+    }
+
+    /// The name of the process (rank) the track belongs to.
+    pub fn process_name(rank: Option<i32>) -> String {
+        rank.map_or("run".into(), |r| format!("rank {r}"))
+    }
+}
+
+/// An argument shown with a slice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    Int(i64),
+    Text(String),
+}
+
+/// What a writer is given, a batch at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Slice {
+        track: Track,
+        ts: i64,
+        dur: i64,
+        name: String,
+        category: &'static str,
+        /// The flow that starts here (a launch call) or ends here (its GPU work).
+        flow_out: Option<u64>,
+        flow_in: Option<u64>,
+        args: Vec<(&'static str, Arg)>,
+    },
+    Instant {
+        track: Track,
+        ts: i64,
+        name: String,
+        category: &'static str,
+    },
+    Counter {
+        track: Track,
+        ts: i64,
+        value: f64,
+    },
+}
+
+/// A format's writer.
+pub trait Writer {
+    fn write(&mut self, items: &[Item]) -> std::io::Result<()>;
+    fn finish(&mut self) -> std::io::Result<()>;
+    fn tracks(&self) -> u64;
+}
+
+/// Exports `run` (its rows within `window`) to `out` in `format`.
+pub async fn export(
+    ctx: &SessionContext,
+    run: &str,
+    window: &Window,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<Summary> {
+    let (from_ns, to_ns) = resolve(ctx, run, window).await?;
+    let mut writer: Box<dyn Writer + '_> = match format {
+        Format::Perfetto => Box::new(perfetto::PerfettoWriter::new(out)),
+        Format::Chrome => Box::new(chrome::ChromeWriter::new(out, from_ns)),
+    };
+    let mut summary = Summary {
+        from_ns,
+        to_ns,
+        ..Summary::default()
+    };
+    let run_sql = sql_text(run);
+    let ranks = if window.ranks.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = window.ranks.iter().map(|r| r.to_string()).collect();
+        format!(" AND rank IN ({})", list.join(", "))
+    };
+    let in_window = format!("ts + dur >= {from_ns} AND ts < {to_ns}{ranks}");
+    let events = format!(
+        "SELECT rank, device, stream, pid, tid, CAST(kind AS VARCHAR) AS kind, \
+         CAST(name AS VARCHAR) AS name, ts, dur, correlation, step, CAST(op AS VARCHAR) AS op, \
+         CAST(scope AS VARCHAR) AS scope, bytes FROM events \
+         WHERE run = {run_sql} AND {in_window} AND (dur >= {} OR kind = 'instant')",
+        window.min_dur
+    );
+    let mut stream = ctx.sql(&events).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let items = event_items(&batch?)?;
+        count(&mut summary, &items);
+        writer.write(&items)?;
+    }
+    let steps =
+        format!("SELECT rank, step, ts, dur FROM steps WHERE run = {run_sql} AND {in_window}");
+    let mut stream = ctx.sql(&steps).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let b = batch?;
+        let rank = ints32(&b, "rank")?;
+        let step = ints(&b, "step")?;
+        let ts = ints(&b, "ts")?;
+        let dur = ints(&b, "dur")?;
+        let items: Vec<Item> = (0..b.num_rows())
+            .map(|i| Item::Slice {
+                track: Track::Steps { rank: rank[i] },
+                ts: ts[i].unwrap_or(0),
+                dur: dur[i].unwrap_or(0),
+                name: step[i].map_or("step".into(), |s| format!("step {s}")),
+                category: "step",
+                flow_out: None,
+                flow_in: None,
+                args: Vec::new(),
+            })
+            .collect();
+        count(&mut summary, &items);
+        writer.write(&items)?;
+    }
+    let gaps = format!(
+        "SELECT rank, device, ts, dur, cause, detail FROM gpu_gaps({run_sql}, 0) WHERE {in_window} AND dur >= {}",
+        window.min_dur
+    );
+    let mut stream = ctx.sql(&gaps).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let b = batch?;
+        let rank = ints32(&b, "rank")?;
+        let device = ints32(&b, "device")?;
+        let ts = ints(&b, "ts")?;
+        let dur = ints(&b, "dur")?;
+        let cause = texts(&b, "cause")?;
+        let detail = texts(&b, "detail")?;
+        let items: Vec<Item> = (0..b.num_rows())
+            .map(|i| Item::Slice {
+                track: Track::Gaps {
+                    rank: rank[i],
+                    device: device[i],
+                },
+                ts: ts[i].unwrap_or(0),
+                dur: dur[i].unwrap_or(0),
+                name: cause[i].clone().unwrap_or_default(),
+                category: "idle",
+                flow_out: None,
+                flow_in: None,
+                args: detail[i]
+                    .clone()
+                    .map(|d| vec![("detail", Arg::Text(d))])
+                    .unwrap_or_default(),
+            })
+            .collect();
+        count(&mut summary, &items);
+        writer.write(&items)?;
+    }
+    let counters = format!(
+        "SELECT rank, device, CAST(name AS VARCHAR) AS name, ts, value FROM counters \
+         WHERE run = {run_sql} AND ts >= {from_ns} AND ts < {to_ns}{ranks}"
+    );
+    let mut stream = ctx.sql(&counters).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let b = batch?;
+        let rank = ints32(&b, "rank")?;
+        let device = ints32(&b, "device")?;
+        let name = texts(&b, "name")?;
+        let ts = ints(&b, "ts")?;
+        let value = b
+            .column_by_name("value")
+            .map(|c| c.as_primitive::<Float64Type>().clone())
+            .ok_or_else(|| ExportError::Window("counters without values".into()))?;
+        let items: Vec<Item> = (0..b.num_rows())
+            .map(|i| Item::Counter {
+                track: Track::Counter {
+                    rank: rank[i],
+                    device: device[i],
+                    name: name[i].clone().unwrap_or_default(),
+                },
+                ts: ts[i].unwrap_or(0),
+                value: value.value(i),
+            })
+            .collect();
+        count(&mut summary, &items);
+        writer.write(&items)?;
+    }
+    writer.finish()?;
+    summary.tracks = writer.tracks();
+    Ok(summary)
+}
+
+fn count(s: &mut Summary, items: &[Item]) {
+    for item in items {
+        match item {
+            Item::Slice {
+                flow_out, flow_in, ..
+            } => {
+                s.slices += 1;
+                s.flows += u64::from(flow_out.is_some());
+                let _ = flow_in;
+            }
+            Item::Instant { .. } => s.instants += 1,
+            Item::Counter { .. } => s.counters += 1,
+        }
+    }
+}
+
+/// A SQL string literal.
+fn sql_text(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The window's absolute times: [from, to) in ns.
+async fn resolve(ctx: &SessionContext, run: &str, window: &Window) -> Result<(i64, i64)> {
+    let run_sql = sql_text(run);
+    let span = ctx
+        .sql(&format!(
+            "SELECT min(ts) AS lo, max(ts + dur) AS hi FROM events WHERE run = {run_sql}"
+        ))
+        .await?
+        .collect()
+        .await?;
+    let (lo, hi) = span
+        .first()
+        .and_then(|b| Some((ints(b, "lo").ok()?[0]?, ints(b, "hi").ok()?[0]?)))
+        .ok_or_else(|| {
+            ExportError::Window(format!("run {run} has no events (or does not exist)"))
+        })?;
+    let (mut from, mut to) = (lo, hi + 1);
+    if let Some(text) = &window.steps {
+        let range = StepRange::parse(text).map_err(ExportError::Window)?;
+        let mut cond = Vec::new();
+        if let Some(a) = range.first {
+            cond.push(format!("step >= {a}"));
+        }
+        if let Some(b) = range.last {
+            cond.push(format!("step <= {b}"));
+        }
+        let cond = if cond.is_empty() {
+            String::new()
+        } else {
+            format!(" AND {}", cond.join(" AND "))
+        };
+        let b = ctx
+            .sql(&format!(
+                "SELECT min(ts) AS lo, max(ts + dur) AS hi FROM steps WHERE run = {run_sql}{cond}"
+            ))
+            .await?
+            .collect()
+            .await?;
+        let found = b
+            .first()
+            .and_then(|b| Some((ints(b, "lo").ok()?[0]?, ints(b, "hi").ok()?[0]?)));
+        let Some((a, z)) = found else {
+            return Err(ExportError::Window(format!(
+                "run {run} has no steps {text} (see `SELECT DISTINCT step FROM steps WHERE run = {run_sql}`)"
+            )));
+        };
+        from = from.max(a);
+        to = to.min(z);
+    }
+    if let Some(f) = window.from {
+        from = from.max(lo + f);
+    }
+    if let Some(t) = window.to {
+        to = to.min(lo + t);
+    }
+    if from >= to {
+        return Err(ExportError::Window(format!(
+            "the window is empty (from {} to {} ns after the run's start)",
+            from - lo,
+            to - lo
+        )));
+    }
+    Ok((from, to))
+}
+
+fn column<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a std::sync::Arc<dyn Array>> {
+    b.column_by_name(name)
+        .ok_or_else(|| ExportError::Window(format!("no column {name}")))
+}
+
+fn ints(b: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
+    let c = cast(column(b, name)?, &DataType::Int64)?;
+    Ok(c.as_primitive::<Int64Type>().iter().collect())
+}
+
+fn ints32(b: &RecordBatch, name: &str) -> Result<Vec<Option<i32>>> {
+    let c = cast(column(b, name)?, &DataType::Int32)?;
+    Ok(c.as_primitive::<Int32Type>().iter().collect())
+}
+
+fn texts(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>> {
+    let c = cast(column(b, name)?, &DataType::Utf8)?;
+    Ok(c.as_string::<i32>()
+        .iter()
+        .map(|s| s.map(str::to_string))
+        .collect())
+}
+
+/// A flow's id: a launch and its GPU work share (rank, correlation id).
+fn flow_id(rank: Option<i32>, correlation: i64) -> u64 {
+    let mut key = [0u8; 12];
+    key[..4].copy_from_slice(&rank.unwrap_or(-1).to_le_bytes());
+    key[4..].copy_from_slice(&correlation.to_le_bytes());
+    twox_hash::XxHash3_64::oneshot(&key)
+}
+
+/// The timeline items of a batch of events.
+fn event_items(b: &RecordBatch) -> Result<Vec<Item>> {
+    let rank = ints32(b, "rank")?;
+    let device = ints32(b, "device")?;
+    let stream = ints(b, "stream")?;
+    let pid = ints(b, "pid")?;
+    let tid = ints(b, "tid")?;
+    let kind = texts(b, "kind")?;
+    let name = texts(b, "name")?;
+    let ts = ints(b, "ts")?;
+    let dur = ints(b, "dur")?;
+    let correlation = ints(b, "correlation")?;
+    let step = ints(b, "step")?;
+    let op = texts(b, "op")?;
+    let scope = texts(b, "scope")?;
+    let bytes = ints(b, "bytes")?;
+    let mut items = Vec::with_capacity(b.num_rows());
+    for i in 0..b.num_rows() {
+        let kind = kind[i].as_deref().unwrap_or("other");
+        let category: &'static str = match kind {
+            "kernel" => "kernel",
+            "memcpy" => "memcpy",
+            "memset" => "memset",
+            "sync" => "sync",
+            "runtime" => "runtime",
+            "driver" => "driver",
+            "cpu_op" => "cpu_op",
+            "annotation" => "annotation",
+            "gpu_annotation" => "gpu_annotation",
+            "python" => "python",
+            "overhead" => "overhead",
+            "instant" => "instant",
+            _ => "other",
+        };
+        let gpu = matches!(kind, "kernel" | "memcpy" | "memset" | "sync");
+        let track = match (kind, device[i]) {
+            ("gpu_annotation", Some(d)) => Track::GpuAnnotations {
+                rank: rank[i],
+                device: d,
+            },
+            (_, Some(d)) if gpu => Track::Stream {
+                rank: rank[i],
+                device: d,
+                stream: stream[i],
+            },
+            _ => Track::Thread {
+                rank: rank[i],
+                pid: pid[i],
+                tid: tid[i],
+            },
+        };
+        let name = name[i].clone().unwrap_or_default();
+        if kind == "instant" {
+            items.push(Item::Instant {
+                track,
+                ts: ts[i].unwrap_or(0),
+                name,
+                category,
+            });
+            continue;
+        }
+        let flow = correlation[i]
+            .filter(|c| *c != 0)
+            .map(|c| flow_id(rank[i], c));
+        let mut args = Vec::new();
+        if let Some(s) = step[i] {
+            args.push(("step", Arg::Int(s)));
+        }
+        if let Some(o) = &op[i] {
+            args.push(("op", Arg::Text(o.clone())));
+        }
+        if let Some(s) = &scope[i] {
+            args.push(("scope", Arg::Text(s.clone())));
+        }
+        if let Some(c) = correlation[i] {
+            args.push(("correlation", Arg::Int(c)));
+        }
+        if let Some(n) = bytes[i] {
+            args.push(("bytes", Arg::Int(n)));
+        }
+        items.push(Item::Slice {
+            track,
+            ts: ts[i].unwrap_or(0),
+            dur: dur[i].unwrap_or(0).max(0),
+            name,
+            category,
+            flow_out: if matches!(kind, "runtime" | "driver") {
+                flow
+            } else {
+                None
+            },
+            flow_in: if gpu { flow } else { None },
+            args,
+        });
+    }
+    Ok(items)
+}
