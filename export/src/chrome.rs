@@ -4,6 +4,8 @@
 //! with three decimals (exact for spans of days). Complete events (`X`) carry their
 //! duration; launch-to-GPU flows are `s`/`f` pairs; counters are `C` events.
 
+#[cfg(test)]
+use crate::Args;
 use crate::{Arg, Item, Track, Writer};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -12,7 +14,7 @@ pub struct ChromeWriter<'a> {
     out: io::BufWriter<&'a mut dyn Write>,
     base: i64,
     /// Thread ids given to tracks, per track.
-    tracks: HashMap<Track, u64>,
+    tracks: HashMap<Track, u64, ahash::RandomState>,
     processes: HashMap<Option<i32>, ()>,
     first: bool,
 }
@@ -23,7 +25,7 @@ impl<'a> ChromeWriter<'a> {
         ChromeWriter {
             out: io::BufWriter::with_capacity(1 << 20, out),
             base,
-            tracks: HashMap::new(),
+            tracks: HashMap::default(),
             processes: HashMap::new(),
             first: true,
         }
@@ -79,7 +81,7 @@ fn json(s: &str) -> String {
 }
 
 impl Writer for ChromeWriter<'_> {
-    fn write(&mut self, items: &[Item]) -> io::Result<()> {
+    fn write(&mut self, items: &[Item<'_>]) -> io::Result<()> {
         for item in items {
             match item {
                 Item::Slice {
@@ -95,7 +97,7 @@ impl Writer for ChromeWriter<'_> {
                     let tid = self.tid(track)?;
                     let pid = Self::pid(track.rank());
                     let mut a = String::new();
-                    for (k, v) in args {
+                    for (k, v) in args.iter() {
                         if !a.is_empty() {
                             a.push(',');
                         }
@@ -180,11 +182,14 @@ mod tests {
                 },
                 ts: 1_700_000_000_000_001_234,
                 dur: 5,
-                name: "cudaLaunchKernel \"x\"".into(),
+                name: "cudaLaunchKernel \"x\"",
                 category: "runtime",
                 flow_out: Some(77),
                 flow_in: None,
-                args: vec![("correlation", Arg::Int(3))],
+                args: Args {
+                    correlation: Some(3),
+                    ..Args::default()
+                },
             }])
             .unwrap();
             w.finish().unwrap();

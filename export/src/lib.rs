@@ -16,7 +16,10 @@ pub mod chrome;
 pub mod perfetto;
 mod protobuf;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{
+    Array, ArrowPrimitiveType, AsArray, Int32Array, Int64Array, PrimitiveArray, RecordBatch,
+    StringArray,
+};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
 use datafusion::execution::context::SessionContext;
@@ -141,30 +144,57 @@ impl Track {
 }
 
 /// An argument shown with a slice.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Arg {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg<'a> {
     Int(i64),
-    Text(String),
+    Text(&'a str),
 }
 
-/// What a writer is given, a batch at a time.
+/// The arguments a slice may carry (no allocation per row).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Args<'a> {
+    pub step: Option<i64>,
+    pub op: Option<&'a str>,
+    pub scope: Option<&'a str>,
+    pub correlation: Option<i64>,
+    pub bytes: Option<i64>,
+    pub detail: Option<&'a str>,
+}
+
+impl<'a> Args<'a> {
+    /// The arguments present, named.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, Arg<'a>)> + '_ {
+        [
+            self.step.map(|v| ("step", Arg::Int(v))),
+            self.op.map(|v| ("op", Arg::Text(v))),
+            self.scope.map(|v| ("scope", Arg::Text(v))),
+            self.correlation.map(|v| ("correlation", Arg::Int(v))),
+            self.bytes.map(|v| ("bytes", Arg::Int(v))),
+            self.detail.map(|v| ("detail", Arg::Text(v))),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// What a writer is given, a batch at a time; texts borrowed from the batch.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Item {
+pub enum Item<'a> {
     Slice {
         track: Track,
         ts: i64,
         dur: i64,
-        name: String,
+        name: &'a str,
         category: &'static str,
         /// The flow that starts here (a launch call) or ends here (its GPU work).
         flow_out: Option<u64>,
         flow_in: Option<u64>,
-        args: Vec<(&'static str, Arg)>,
+        args: Args<'a>,
     },
     Instant {
         track: Track,
         ts: i64,
-        name: String,
+        name: &'a str,
         category: &'static str,
     },
     Counter {
@@ -176,7 +206,7 @@ pub enum Item {
 
 /// A format's writer.
 pub trait Writer {
-    fn write(&mut self, items: &[Item]) -> std::io::Result<()>;
+    fn write(&mut self, items: &[Item<'_>]) -> std::io::Result<()>;
     fn finish(&mut self) -> std::io::Result<()>;
     fn tracks(&self) -> u64;
 }
@@ -216,7 +246,8 @@ pub async fn export(
     );
     let mut stream = ctx.sql(&events).await?.execute_stream().await?;
     while let Some(batch) = stream.next().await {
-        let items = event_items(&batch?)?;
+        let columns = EventColumns::of(&batch?)?;
+        let items = columns.items();
         count(&mut summary, &items);
         writer.write(&items)?;
     }
@@ -225,20 +256,28 @@ pub async fn export(
     let mut stream = ctx.sql(&steps).await?.execute_stream().await?;
     while let Some(batch) = stream.next().await {
         let b = batch?;
-        let rank = ints32(&b, "rank")?;
-        let step = ints(&b, "step")?;
-        let ts = ints(&b, "ts")?;
-        let dur = ints(&b, "dur")?;
+        let rank = i32s(&b, "rank")?;
+        let step = i64s(&b, "step")?;
+        let ts = i64s(&b, "ts")?;
+        let dur = i64s(&b, "dur")?;
+        let names: Vec<String> = (0..b.num_rows())
+            .map(|i| opt(&step, i).map_or("step".into(), |s| format!("step {s}")))
+            .collect();
         let items: Vec<Item> = (0..b.num_rows())
             .map(|i| Item::Slice {
-                track: Track::Steps { rank: rank[i] },
-                ts: ts[i].unwrap_or(0),
-                dur: dur[i].unwrap_or(0),
-                name: step[i].map_or("step".into(), |s| format!("step {s}")),
+                track: Track::Steps {
+                    rank: opt(&rank, i),
+                },
+                ts: ts.value(i),
+                dur: dur.value(i),
+                name: &names[i],
                 category: "step",
                 flow_out: None,
                 flow_in: None,
-                args: Vec::new(),
+                args: Args {
+                    step: opt(&step, i),
+                    ..Args::default()
+                },
             })
             .collect();
         count(&mut summary, &items);
@@ -251,28 +290,28 @@ pub async fn export(
     let mut stream = ctx.sql(&gaps).await?.execute_stream().await?;
     while let Some(batch) = stream.next().await {
         let b = batch?;
-        let rank = ints32(&b, "rank")?;
-        let device = ints32(&b, "device")?;
-        let ts = ints(&b, "ts")?;
-        let dur = ints(&b, "dur")?;
-        let cause = texts(&b, "cause")?;
-        let detail = texts(&b, "detail")?;
+        let rank = i32s(&b, "rank")?;
+        let device = i32s(&b, "device")?;
+        let ts = i64s(&b, "ts")?;
+        let dur = i64s(&b, "dur")?;
+        let cause = strs(&b, "cause")?;
+        let detail = strs(&b, "detail")?;
         let items: Vec<Item> = (0..b.num_rows())
             .map(|i| Item::Slice {
                 track: Track::Gaps {
-                    rank: rank[i],
-                    device: device[i],
+                    rank: opt(&rank, i),
+                    device: opt(&device, i),
                 },
-                ts: ts[i].unwrap_or(0),
-                dur: dur[i].unwrap_or(0),
-                name: cause[i].clone().unwrap_or_default(),
+                ts: ts.value(i),
+                dur: dur.value(i),
+                name: text(&cause, i).unwrap_or(""),
                 category: "idle",
                 flow_out: None,
                 flow_in: None,
-                args: detail[i]
-                    .clone()
-                    .map(|d| vec![("detail", Arg::Text(d))])
-                    .unwrap_or_default(),
+                args: Args {
+                    detail: text(&detail, i),
+                    ..Args::default()
+                },
             })
             .collect();
         count(&mut summary, &items);
@@ -285,10 +324,10 @@ pub async fn export(
     let mut stream = ctx.sql(&counters).await?.execute_stream().await?;
     while let Some(batch) = stream.next().await {
         let b = batch?;
-        let rank = ints32(&b, "rank")?;
-        let device = ints32(&b, "device")?;
-        let name = texts(&b, "name")?;
-        let ts = ints(&b, "ts")?;
+        let rank = i32s(&b, "rank")?;
+        let device = i32s(&b, "device")?;
+        let name = strs(&b, "name")?;
+        let ts = i64s(&b, "ts")?;
         let value = b
             .column_by_name("value")
             .map(|c| c.as_primitive::<Float64Type>().clone())
@@ -296,11 +335,11 @@ pub async fn export(
         let items: Vec<Item> = (0..b.num_rows())
             .map(|i| Item::Counter {
                 track: Track::Counter {
-                    rank: rank[i],
-                    device: device[i],
-                    name: name[i].clone().unwrap_or_default(),
+                    rank: opt(&rank, i),
+                    device: opt(&device, i),
+                    name: text(&name, i).unwrap_or("").to_string(),
                 },
-                ts: ts[i].unwrap_or(0),
+                ts: ts.value(i),
                 value: value.value(i),
             })
             .collect();
@@ -312,7 +351,7 @@ pub async fn export(
     Ok(summary)
 }
 
-fn count(s: &mut Summary, items: &[Item]) {
+fn count(s: &mut Summary, items: &[Item<'_>]) {
     for item in items {
         match item {
             Item::Slice {
@@ -345,7 +384,7 @@ async fn resolve(ctx: &SessionContext, run: &str, window: &Window) -> Result<(i6
         .await?;
     let (lo, hi) = span
         .first()
-        .and_then(|b| Some((ints(b, "lo").ok()?[0]?, ints(b, "hi").ok()?[0]?)))
+        .and_then(|b| Some((first(b, "lo")?, first(b, "hi")?)))
         .ok_or_else(|| {
             ExportError::Window(format!("run {run} has no events (or does not exist)"))
         })?;
@@ -373,7 +412,7 @@ async fn resolve(ctx: &SessionContext, run: &str, window: &Window) -> Result<(i6
             .await?;
         let found = b
             .first()
-            .and_then(|b| Some((ints(b, "lo").ok()?[0]?, ints(b, "hi").ok()?[0]?)));
+            .and_then(|b| Some((first(b, "lo")?, first(b, "hi")?)));
         let Some((a, z)) = found else {
             return Err(ExportError::Window(format!(
                 "run {run} has no steps {text} (see `SELECT DISTINCT step FROM steps WHERE run = {run_sql}`)"
@@ -403,22 +442,36 @@ fn column<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a std::sync::Arc<dyn A
         .ok_or_else(|| ExportError::Window(format!("no column {name}")))
 }
 
-fn ints(b: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
-    let c = cast(column(b, name)?, &DataType::Int64)?;
-    Ok(c.as_primitive::<Int64Type>().iter().collect())
+fn i64s(b: &RecordBatch, name: &str) -> Result<Int64Array> {
+    Ok(cast(column(b, name)?, &DataType::Int64)?
+        .as_primitive::<Int64Type>()
+        .clone())
 }
 
-fn ints32(b: &RecordBatch, name: &str) -> Result<Vec<Option<i32>>> {
-    let c = cast(column(b, name)?, &DataType::Int32)?;
-    Ok(c.as_primitive::<Int32Type>().iter().collect())
+fn i32s(b: &RecordBatch, name: &str) -> Result<Int32Array> {
+    Ok(cast(column(b, name)?, &DataType::Int32)?
+        .as_primitive::<Int32Type>()
+        .clone())
 }
 
-fn texts(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>> {
-    let c = cast(column(b, name)?, &DataType::Utf8)?;
-    Ok(c.as_string::<i32>()
-        .iter()
-        .map(|s| s.map(str::to_string))
-        .collect())
+fn strs(b: &RecordBatch, name: &str) -> Result<StringArray> {
+    Ok(cast(column(b, name)?, &DataType::Utf8)?
+        .as_string::<i32>()
+        .clone())
+}
+
+/// The first value of an integer column (an aggregate's), if not null.
+fn first(b: &RecordBatch, name: &str) -> Option<i64> {
+    let a = i64s(b, name).ok()?;
+    opt(&a, 0)
+}
+
+fn opt<T: ArrowPrimitiveType>(a: &PrimitiveArray<T>, i: usize) -> Option<T::Native> {
+    (i < a.len() && a.is_valid(i)).then(|| a.value(i))
+}
+
+fn text(a: &StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
 }
 
 /// A flow's id: a launch and its GPU work share (rank, correlation id).
@@ -429,100 +482,114 @@ fn flow_id(rank: Option<i32>, correlation: i64) -> u64 {
     twox_hash::XxHash3_64::oneshot(&key)
 }
 
-/// The timeline items of a batch of events.
-fn event_items(b: &RecordBatch) -> Result<Vec<Item>> {
-    let rank = ints32(b, "rank")?;
-    let device = ints32(b, "device")?;
-    let stream = ints(b, "stream")?;
-    let pid = ints(b, "pid")?;
-    let tid = ints(b, "tid")?;
-    let kind = texts(b, "kind")?;
-    let name = texts(b, "name")?;
-    let ts = ints(b, "ts")?;
-    let dur = ints(b, "dur")?;
-    let correlation = ints(b, "correlation")?;
-    let step = ints(b, "step")?;
-    let op = texts(b, "op")?;
-    let scope = texts(b, "scope")?;
-    let bytes = ints(b, "bytes")?;
-    let mut items = Vec::with_capacity(b.num_rows());
-    for i in 0..b.num_rows() {
-        let kind = kind[i].as_deref().unwrap_or("other");
-        let category: &'static str = match kind {
-            "kernel" => "kernel",
-            "memcpy" => "memcpy",
-            "memset" => "memset",
-            "sync" => "sync",
-            "runtime" => "runtime",
-            "driver" => "driver",
-            "cpu_op" => "cpu_op",
-            "annotation" => "annotation",
-            "gpu_annotation" => "gpu_annotation",
-            "python" => "python",
-            "overhead" => "overhead",
-            "instant" => "instant",
-            _ => "other",
-        };
-        let gpu = matches!(kind, "kernel" | "memcpy" | "memset" | "sync");
-        let track = match (kind, device[i]) {
-            ("gpu_annotation", Some(d)) => Track::GpuAnnotations {
-                rank: rank[i],
-                device: d,
-            },
-            (_, Some(d)) if gpu => Track::Stream {
-                rank: rank[i],
-                device: d,
-                stream: stream[i],
-            },
-            _ => Track::Thread {
-                rank: rank[i],
-                pid: pid[i],
-                tid: tid[i],
-            },
-        };
-        let name = name[i].clone().unwrap_or_default();
-        if kind == "instant" {
-            items.push(Item::Instant {
+/// A batch of events, its columns cast to plain arrays that the items borrow from.
+struct EventColumns {
+    rank: Int32Array,
+    device: Int32Array,
+    stream: Int64Array,
+    pid: Int64Array,
+    tid: Int64Array,
+    kind: StringArray,
+    name: StringArray,
+    ts: Int64Array,
+    dur: Int64Array,
+    correlation: Int64Array,
+    step: Int64Array,
+    op: StringArray,
+    scope: StringArray,
+    bytes: Int64Array,
+}
+
+impl EventColumns {
+    fn of(b: &RecordBatch) -> Result<EventColumns> {
+        Ok(EventColumns {
+            rank: i32s(b, "rank")?,
+            device: i32s(b, "device")?,
+            stream: i64s(b, "stream")?,
+            pid: i64s(b, "pid")?,
+            tid: i64s(b, "tid")?,
+            kind: strs(b, "kind")?,
+            name: strs(b, "name")?,
+            ts: i64s(b, "ts")?,
+            dur: i64s(b, "dur")?,
+            correlation: i64s(b, "correlation")?,
+            step: i64s(b, "step")?,
+            op: strs(b, "op")?,
+            scope: strs(b, "scope")?,
+            bytes: i64s(b, "bytes")?,
+        })
+    }
+
+    /// The timeline items of the batch.
+    fn items(&self) -> Vec<Item<'_>> {
+        let mut items = Vec::with_capacity(self.ts.len());
+        for i in 0..self.ts.len() {
+            let kind = text(&self.kind, i).unwrap_or("other");
+            let category: &'static str = match kind {
+                "kernel" => "kernel",
+                "memcpy" => "memcpy",
+                "memset" => "memset",
+                "sync" => "sync",
+                "runtime" => "runtime",
+                "driver" => "driver",
+                "cpu_op" => "cpu_op",
+                "annotation" => "annotation",
+                "gpu_annotation" => "gpu_annotation",
+                "python" => "python",
+                "overhead" => "overhead",
+                "instant" => "instant",
+                _ => "other",
+            };
+            let rank = opt(&self.rank, i);
+            let gpu = matches!(category, "kernel" | "memcpy" | "memset" | "sync");
+            let track = match (category, opt(&self.device, i)) {
+                ("gpu_annotation", Some(device)) => Track::GpuAnnotations { rank, device },
+                (_, Some(device)) if gpu => Track::Stream {
+                    rank,
+                    device,
+                    stream: opt(&self.stream, i),
+                },
+                _ => Track::Thread {
+                    rank,
+                    pid: opt(&self.pid, i),
+                    tid: opt(&self.tid, i),
+                },
+            };
+            let name = text(&self.name, i).unwrap_or("");
+            let ts = self.ts.value(i);
+            if category == "instant" {
+                items.push(Item::Instant {
+                    track,
+                    ts,
+                    name,
+                    category,
+                });
+                continue;
+            }
+            let correlation = opt(&self.correlation, i);
+            let flow = correlation.filter(|c| *c != 0).map(|c| flow_id(rank, c));
+            items.push(Item::Slice {
                 track,
-                ts: ts[i].unwrap_or(0),
+                ts,
+                dur: self.dur.value(i).max(0),
                 name,
                 category,
+                flow_out: if matches!(category, "runtime" | "driver") {
+                    flow
+                } else {
+                    None
+                },
+                flow_in: if gpu { flow } else { None },
+                args: Args {
+                    step: opt(&self.step, i),
+                    op: text(&self.op, i),
+                    scope: text(&self.scope, i),
+                    correlation,
+                    bytes: opt(&self.bytes, i),
+                    detail: None,
+                },
             });
-            continue;
         }
-        let flow = correlation[i]
-            .filter(|c| *c != 0)
-            .map(|c| flow_id(rank[i], c));
-        let mut args = Vec::new();
-        if let Some(s) = step[i] {
-            args.push(("step", Arg::Int(s)));
-        }
-        if let Some(o) = &op[i] {
-            args.push(("op", Arg::Text(o.clone())));
-        }
-        if let Some(s) = &scope[i] {
-            args.push(("scope", Arg::Text(s.clone())));
-        }
-        if let Some(c) = correlation[i] {
-            args.push(("correlation", Arg::Int(c)));
-        }
-        if let Some(n) = bytes[i] {
-            args.push(("bytes", Arg::Int(n)));
-        }
-        items.push(Item::Slice {
-            track,
-            ts: ts[i].unwrap_or(0),
-            dur: dur[i].unwrap_or(0).max(0),
-            name,
-            category,
-            flow_out: if matches!(kind, "runtime" | "driver") {
-                flow
-            } else {
-                None
-            },
-            flow_in: if gpu { flow } else { None },
-            args,
-        });
+        items
     }
-    Ok(items)
 }

@@ -7,7 +7,7 @@
 //! checked in the tests by decoding with Perfetto's own Python bindings.
 
 use crate::protobuf::Message;
-use crate::{Arg, Item, Track, Writer};
+use crate::{Arg, Args, Item, Track, Writer};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -44,9 +44,9 @@ const SEQUENCE: u64 = 1;
 
 pub struct PerfettoWriter<'a> {
     out: io::BufWriter<&'a mut dyn Write>,
-    tracks: HashMap<Track, u64>,
+    tracks: HashMap<Track, u64, ahash::RandomState>,
     processes: HashMap<Option<i32>, u64>,
-    names: HashMap<String, u64>,
+    names: HashMap<String, u64, ahash::RandomState>,
     started: bool,
     packet: Message,
     scratch: Message,
@@ -57,9 +57,9 @@ impl<'a> PerfettoWriter<'a> {
     pub fn new(out: &'a mut dyn Write) -> PerfettoWriter<'a> {
         PerfettoWriter {
             out: io::BufWriter::with_capacity(1 << 20, out),
-            tracks: HashMap::new(),
+            tracks: HashMap::default(),
             processes: HashMap::new(),
-            names: HashMap::new(),
+            names: HashMap::default(),
             started: false,
             packet: Message::default(),
             scratch: Message::default(),
@@ -155,7 +155,7 @@ impl<'a> PerfettoWriter<'a> {
         name: Option<&str>,
         category: Option<&str>,
         flows: (Option<u64>, Option<u64>),
-        args: &[(&'static str, Arg)],
+        args: &Args<'_>,
         value: Option<f64>,
     ) -> io::Result<()> {
         let named = name.map(|n| (self.name_iid(n), n));
@@ -182,11 +182,11 @@ impl<'a> PerfettoWriter<'a> {
             if let Some(c) = category {
                 e.string(event::CATEGORIES, c);
             }
-            for (key, arg) in args {
+            for (key, arg) in args.iter() {
                 e.message(event::DEBUG_ANNOTATIONS, inner, |a| {
                     a.string(10, key);
                     match arg {
-                        Arg::Int(v) => a.int(4, *v),
+                        Arg::Int(v) => a.int(4, v),
                         Arg::Text(t) => a.string(6, t),
                     }
                 });
@@ -206,7 +206,7 @@ impl<'a> PerfettoWriter<'a> {
 }
 
 impl Writer for PerfettoWriter<'_> {
-    fn write(&mut self, items: &[Item]) -> io::Result<()> {
+    fn write(&mut self, items: &[Item<'_>]) -> io::Result<()> {
         // (track, time, end before begin, longer first, item): the order nesting needs.
         let mut order: Vec<(u64, i64, u8, i64, usize)> = Vec::with_capacity(items.len() * 2);
         for (i, item) in items.iter().enumerate() {
@@ -252,7 +252,7 @@ impl Writer for PerfettoWriter<'_> {
                             None,
                             None,
                             (None, None),
-                            &[],
+                            &Args::default(),
                             None,
                         )?;
                     }
@@ -264,7 +264,7 @@ impl Writer for PerfettoWriter<'_> {
                     Some(name),
                     Some(category),
                     (None, None),
-                    &[],
+                    &Args::default(),
                     None,
                 )?,
                 Item::Counter { value, .. } => self.event(
@@ -274,7 +274,7 @@ impl Writer for PerfettoWriter<'_> {
                     None,
                     None,
                     (None, None),
-                    &[],
+                    &Args::default(),
                     Some(*value),
                 )?,
             }
@@ -310,11 +310,14 @@ mod tests {
                 track: track.clone(),
                 ts,
                 dur: 10,
-                name: "gemm".into(),
+                name: "gemm",
                 category: "kernel",
                 flow_out: None,
                 flow_in: Some(5),
-                args: vec![("step", Arg::Int(3))],
+                args: Args {
+                    step: Some(3),
+                    ..Args::default()
+                },
             };
             w.write(&[
                 slice(1_700_000_000_000_000_100),
