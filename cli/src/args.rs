@@ -311,6 +311,9 @@ pub enum Command {
     Record(RecordArgs),
     /// Write a run (or a window of it) as a timeline for Perfetto or chrome://tracing
     Export(ExportArgs),
+    /// Write one self-contained HTML page showing where a run's time went (and, with --vs,
+    /// what changed against a baseline)
+    Report(ReportArgs),
     /// Write a synthetic Kineto trace or Nsight Systems export (for tests and benchmarks)
     Generate {
         /// Output file ('.gz' / '.zst' suffix compresses Kineto JSON)
@@ -677,4 +680,23 @@ pub struct ExportArgs {
     /// Leave out slices shorter than this (e.g. 1us)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
     pub min_dur: i64,
+}
+
+// `gpuq report`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The run
+    pub run: String,
+    /// Output file ('-' for standard output)
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// A baseline run to compare against
+    #[arg(long, value_name = "RUN")]
+    pub vs: Option<String>,
+    /// Only these steps (3..5, 3.., ..5, 4)
+    #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+    pub steps: Option<String>,
+    /// Kernels listed
+    #[arg(short = 'n', long, default_value_t = 15)]
+    pub top: usize,
 }

@@ -1,6 +1,6 @@
-//! `gpuq export`: a stored run as a timeline, for Perfetto ([`perfetto`], its protobuf trace
-//! format: exact nanoseconds, interned names) or chrome://tracing and TensorBoard
-//! ([`chrome`], JSON).
+//! Seeing a stored run. `gpuq export`: the run as a timeline, for Perfetto ([`perfetto`], its
+//! protobuf trace format: exact nanoseconds, interned names) or chrome://tracing and
+//! TensorBoard ([`chrome`], JSON). `gpuq report`: one self-contained HTML page ([`report`]).
 //!
 //! Tracks: a process per rank; in it a track per GPU stream (kernels, copies, sets, syncs),
 //! per GPU's annotations, per host thread (operators, annotations, runtime calls), flows from
@@ -15,6 +15,7 @@
 pub mod chrome;
 pub mod perfetto;
 mod protobuf;
+pub mod report;
 
 use datafusion::arrow::array::{
     Array, ArrowPrimitiveType, AsArray, Int32Array, Int64Array, PrimitiveArray, RecordBatch,
@@ -39,7 +40,7 @@ pub enum ExportError {
     Window(String),
 }
 
-type Result<T> = std::result::Result<T, ExportError>;
+pub(crate) type Result<T> = std::result::Result<T, ExportError>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {

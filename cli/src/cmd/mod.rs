@@ -6,6 +6,7 @@ mod generate;
 mod history;
 mod ingest;
 mod record;
+mod report;
 mod runs;
 mod sql;
 mod watch;
@@ -51,6 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => watch::run(store_path, watch::options(args)?).await,
         Command::Record(args) => record::run(store_path, args).await,
         Command::Export(args) => export::run(store_path, args).await,
+        Command::Report(args) => report::run(store_path, args).await,
         Command::Query {
             sql,
             file,

@@ -1,0 +1,218 @@
+//! `gpuq report` through the binary: the page is self-contained (no network reference), its
+//! figures are the SQL functions' own (checked through the exact values the page carries), and
+//! a comparison against a baseline lists what changed.
+
+mod common;
+
+use common::{gpuq, ok, query_csv, stderr};
+use std::path::Path;
+use std::process::Command;
+
+fn generate(dir: &Path, name: &str, seed: &str) -> String {
+    let f = dir.join(name);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "generate",
+            f.to_str().unwrap(),
+            "--steps",
+            "6",
+            "--seed",
+            seed,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    f.to_str().unwrap().to_string()
+}
+
+/// The `data-ns` values of the page's elements whose text follows `marker`, in order.
+fn data_ns_after<'a>(html: &'a str, marker: &str) -> Vec<&'a str> {
+    let start = html.find(marker).expect("section present");
+    let section = &html[start..];
+    let end = section[1..]
+        .find("<section")
+        .map_or(section.len(), |e| e + 1);
+    section[..end]
+        .split("data-ns=\"")
+        .skip(1)
+        .map(|s| &s[..s.find('"').unwrap()])
+        .collect()
+}
+
+#[test]
+fn a_report_is_one_offline_page_whose_figures_are_the_sql_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let a = generate(dir.path(), "a.json", "1");
+    let b = generate(dir.path(), "b.json", "2");
+    ok(&store, &["ingest", "-q", &a, "--run", "base"]);
+    ok(&store, &["ingest", "-q", &b, "--run", "new"]);
+    let out = dir.path().join("r.html");
+    let o = gpuq(
+        &store,
+        &["report", "new", "--vs", "base", "-o", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&out).unwrap();
+    // Self-contained: nothing fetched from anywhere.
+    for bad in [
+        "src=\"http",
+        "href=\"http",
+        "src=\"//",
+        "href=\"//",
+        "@import",
+        "url(",
+    ] {
+        assert!(!html.contains(bad), "{bad}");
+    }
+    assert!(html.len() < 2_000_000, "{} bytes", html.len());
+    // Top kernels: each total is top_kernels' total, in order.
+    let want: Vec<String> = query_csv(&store, "select total from top_kernels('new', 15)")
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    let top = data_ns_after(&html, "<section id=\"top\"");
+    // Per row: total, then avg.
+    let totals: Vec<&str> = top.iter().step_by(2).take(want.len()).copied().collect();
+    assert_eq!(totals, want);
+    // The breakdown's wall and idle share per device.
+    let bd = query_csv(
+        &store,
+        "select wall, idle_pct from breakdown('new') order by rank, device",
+    );
+    let first = bd.lines().nth(1).unwrap();
+    let (wall, idle_pct) = first.split_once(',').unwrap();
+    let section = &html[html.find("<section id=\"breakdown\"").unwrap()..];
+    assert!(
+        section.contains(&format!("data-ns=\"{wall}\"")),
+        "wall {wall}"
+    );
+    assert!(
+        section.contains(&format!("class=\"idle-pct\" data-value=\"{idle_pct}\"")),
+        "idle {idle_pct}"
+    );
+    // One bar per step, each the step's duration.
+    let steps: Vec<String> = query_csv(
+        &store,
+        "select dur from step_stats('new') order by rank, step",
+    )
+    .lines()
+    .skip(1)
+    .map(str::to_string)
+    .collect();
+    let bars: Vec<&str> = html
+        .split("<g class=\"step")
+        .skip(1)
+        .map(|s| {
+            let at = s.find("data-ns=\"").unwrap() + 9;
+            &s[at..at + s[at..].find('"').unwrap()]
+        })
+        .collect();
+    assert_eq!(bars, steps);
+    // Idle gaps by cause sum to gpu_gaps' total.
+    let gaps = query_csv(&store, "select sum(dur) from gpu_gaps('new', 0)");
+    let gap_total: i64 = gaps.lines().nth(1).unwrap().parse().unwrap();
+    let shown: i64 = data_ns_after(&html, "<section id=\"gaps\"")
+        .iter()
+        .map(|v| v.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(shown, gap_total);
+    // Every finding's title, and the comparison section.
+    for title in query_csv(&store, "select title from findings('new')")
+        .lines()
+        .skip(1)
+    {
+        let title = title.trim_matches('"').replace("\"\"", "\"");
+        let escaped = title
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+            .replace('\'', "&#39;");
+        assert!(html.contains(&escaped), "finding {title}");
+    }
+    assert!(html.contains("<section id=\"compare\"><h2>Against base</h2>"));
+    assert!(html.contains("document.body.dataset.rendered='ok'"));
+    // A missing run is an error that writes nothing.
+    let none = dir.path().join("none.html");
+    let o = gpuq(&store, &["report", "nope", "-o", none.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(!none.exists());
+}
+
+/// A headless Chromium (Debian's `chromium-headless-shell` or `chromium`); when missing the
+/// browser test is skipped (saying so) unless `GPUQ_REQUIRE_BROWSER=1`, as CI sets.
+fn browser() -> Option<&'static str> {
+    let found = ["chromium-headless-shell", "chromium"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var("GPUQ_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "GPUQ_REQUIRE_BROWSER=1 but no chromium-headless-shell or chromium"
+        );
+        eprintln!("skipped: no headless Chromium (apt-get install chromium-headless-shell)");
+    }
+    found
+}
+
+#[test]
+fn the_report_renders_in_a_headless_browser_without_the_network() {
+    let Some(chrome) = browser() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let a = generate(dir.path(), "a.json", "1");
+    ok(&store, &["ingest", "-q", &a, "--run", "r"]);
+    let page = dir.path().join("r.html");
+    ok(&store, &["report", "r", "-o", page.to_str().unwrap()]);
+    let url = format!("file://{}", page.display());
+    // Every host resolves to nothing: a request for anything off the page would fail, and
+    // the page's script would not finish (it marks the body when it ran without error).
+    let common = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=3000",
+    ];
+    let dom = Command::new(chrome)
+        .args(common)
+        .args(["--dump-dom", &url])
+        .output()
+        .unwrap();
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains("data-rendered=\"ok\""),
+        "the page's script did not run"
+    );
+    let top = query_csv(&store, "select total from top_kernels('r', 1)");
+    let total = top.lines().nth(1).unwrap();
+    assert!(dom.contains(&format!("data-ns=\"{total}\"")));
+    let shot = dir.path().join("r.png");
+    let o = Command::new(chrome)
+        .args(common)
+        .args(["--window-size=1200,1600", "--hide-scrollbars"])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+}
