@@ -307,3 +307,46 @@ mod tests {
         );
     }
 }
+
+/// An output file that appears whole or not at all: written as a hidden file beside its
+/// name, renamed by [`WholeFile::commit`]; dropped uncommitted, it is removed.
+pub struct WholeFile {
+    pub file: std::fs::File,
+    tmp: std::path::PathBuf,
+    path: std::path::PathBuf,
+    committed: bool,
+}
+
+impl WholeFile {
+    pub fn create(path: &Path) -> anyhow::Result<WholeFile> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "output".into());
+        let tmp = path.with_file_name(format!(".{name}.tmp"));
+        let file = std::fs::File::create(&tmp).with_context(|| tmp.display().to_string())?;
+        Ok(WholeFile {
+            file,
+            tmp,
+            path: path.to_path_buf(),
+            committed: false,
+        })
+    }
+
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        self.file
+            .sync_all()
+            .with_context(|| self.tmp.display().to_string())?;
+        std::fs::rename(&self.tmp, &self.path).with_context(|| self.path.display().to_string())?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for WholeFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! ([`gpuq_export`]). The file appears whole or not at all (written beside it, then renamed).
 
 use crate::args::{ExportArgs, ExportFormat};
-use crate::exec::open_session;
+use crate::exec::{open_session, WholeFile};
 use gpuq_engine::RunId;
 use gpuq_export::{Format, Window};
 use std::io::Write;
@@ -33,24 +33,10 @@ pub(super) async fn run(store_path: &Path, args: ExportArgs) -> anyhow::Result<E
         out.flush()?;
         s
     } else {
-        let name = args
-            .output
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "export".into());
-        let tmp = args.output.with_file_name(format!(".{name}.tmp"));
-        let mut file =
-            std::fs::File::create(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-        let result = gpuq_export::export(&ctx, run.as_str(), &window, format, &mut file).await;
-        let summary = match result.and_then(|s| Ok(file.sync_all().map(|_| s)?)) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e.into());
-            }
-        };
-        std::fs::rename(&tmp, &args.output)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
+        let mut out = WholeFile::create(&args.output)?;
+        let summary =
+            gpuq_export::export(&ctx, run.as_str(), &window, format, &mut out.file).await?;
+        out.commit()?;
         summary
     };
     let size = if to_stdout {

@@ -2,7 +2,7 @@
 //! ([`gpuq_export::report`]). The file appears whole or not at all.
 
 use crate::args::ReportArgs;
-use crate::exec::open_session;
+use crate::exec::{open_session, WholeFile};
 use gpuq_engine::RunId;
 use gpuq_export::report::ReportOptions;
 use std::io::Write;
@@ -30,15 +30,9 @@ pub(super) async fn run(store_path: &Path, args: ReportArgs) -> anyhow::Result<E
         out.write_all(html.as_bytes())?;
         out.flush()?;
     } else {
-        let name = args
-            .output
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "report.html".into());
-        let tmp = args.output.with_file_name(format!(".{name}.tmp"));
-        std::fs::write(&tmp, &html).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &args.output)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
+        let mut out = WholeFile::create(&args.output)?;
+        out.file.write_all(html.as_bytes())?;
+        out.commit()?;
         eprintln!(
             "report: {} ({:.0} KB)",
             args.output.display(),
