@@ -79,6 +79,7 @@ open_per_track = collections.Counter()
 flows_out = flows_in = 0
 first_kernel = None
 bad_end = 0
+busy_samples = 0
 for p in t.packet:
     if p.HasField("track_descriptor"):
         tracks[p.track_descriptor.uuid] = p.track_descriptor.name or p.track_descriptor.process.process_name
@@ -96,12 +97,17 @@ for p in t.packet:
         flows_in += len(e.terminating_flow_ids)
         if e.categories[0] == "kernel" and (first_kernel is None or p.timestamp < first_kernel):
             first_kernel = p.timestamp
+    elif e.type == pb.TrackEvent.TYPE_COUNTER:
+        if tracks[e.track_uuid] == "GPU busy per step (%)":
+            assert 0 <= e.double_counter_value <= 100
+            busy_samples += 1
     elif e.type == pb.TrackEvent.TYPE_SLICE_END:
         if open_per_track[e.track_uuid] == 0:
             bad_end += 1
         open_per_track[e.track_uuid] -= 1
 print(json.dumps({"cats": cats, "flows_out": flows_out, "flows_in": flows_in,
                   "first_kernel": first_kernel, "tracks": len(tracks), "bad_end": bad_end,
+                  "busy_samples": busy_samples,
                   "open": sum(open_per_track.values())}))
 "#;
 
@@ -139,6 +145,11 @@ fn a_run_exported_for_perfetto_holds_every_row_exactly() {
     assert_eq!(
         Some(v["cats"]["idle"].as_u64().unwrap_or(0)),
         gaps.lines().nth(1).and_then(|n| n.parse().ok())
+    );
+    // Each step's GPU-busy share, a counter sample per step.
+    assert_eq!(
+        Some(v["busy_samples"].as_u64().unwrap()),
+        steps.lines().nth(1).and_then(|n| n.parse().ok())
     );
     assert_eq!(v["bad_end"], 0, "{v}");
     assert_eq!(v["open"], 0, "{v}");

@@ -5,8 +5,9 @@
 //! Tracks: a process per rank; in it a track per GPU stream (kernels, copies, sets, syncs),
 //! per GPU's annotations, per host thread (operators, annotations, runtime calls), flows from
 //! each launch call to its GPU work (by correlation id), the `counters` table as counter
-//! tracks, and gpuq's own knowledge: a `steps` track and an `idle gaps` track per GPU whose
-//! slices are named by their cause (`gpu_gaps`).
+//! tracks, and gpuq's own knowledge: a `steps` track, a counter of each step's GPU-busy share
+//! (`step_stats`), and an `idle gaps` track per GPU whose slices are named by their cause
+//! (`gpu_gaps`).
 //!
 //! A [`Window`] (steps, a time range, ranks, a minimum duration) picks the part of a large run
 //! a viewer can hold. Rows are read as a stream and written a batch at a time, so memory does
@@ -41,6 +42,9 @@ pub enum ExportError {
 }
 
 pub(crate) type Result<T> = std::result::Result<T, ExportError>;
+
+/// The counter track of each step's GPU-busy share.
+pub const STEP_BUSY_COUNTER: &str = "GPU busy per step (%)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -283,6 +287,34 @@ pub async fn export(
             .collect();
         count(&mut summary, &items);
         writer.write(&items)?;
+    }
+    // Per step, the share of it the GPU was busy (`step_stats`), as a counter sampled at
+    // each step's start. A run without steps has none (and step_stats may refuse it).
+    let busy =
+        format!("SELECT rank, ts, dur, gpu_busy FROM step_stats({run_sql}) WHERE {in_window}");
+    if let Ok(df) = ctx.sql(&busy).await {
+        if let Ok(batches) = df.collect().await {
+            for b in batches {
+                let rank = i32s(&b, "rank")?;
+                let ts = i64s(&b, "ts")?;
+                let dur = i64s(&b, "dur")?;
+                let gpu_busy = i64s(&b, "gpu_busy")?;
+                let items: Vec<Item> = (0..b.num_rows())
+                    .filter(|&i| dur.value(i) > 0)
+                    .map(|i| Item::Counter {
+                        track: Track::Counter {
+                            rank: opt(&rank, i),
+                            device: None,
+                            name: STEP_BUSY_COUNTER.into(),
+                        },
+                        ts: ts.value(i),
+                        value: opt(&gpu_busy, i).unwrap_or(0) as f64 / dur.value(i) as f64 * 100.0,
+                    })
+                    .collect();
+                count(&mut summary, &items);
+                writer.write(&items)?;
+            }
+        }
     }
     let gaps = format!(
         "SELECT rank, device, ts, dur, cause, detail FROM gpu_gaps({run_sql}, 0) WHERE {in_window} AND dur >= {}",
