@@ -10,8 +10,8 @@
 //! (`gpu_gaps`).
 //!
 //! A [`Window`] (steps, a time range, ranks, a minimum duration) picks the part of a large run
-//! a viewer can hold. Rows are read as a stream and written a batch at a time, so memory does
-//! not grow with the run.
+//! a viewer can hold. Rows are read as a stream and written a batch at a time; only the
+//! idle-gap track's `gpu_gaps` holds the run's GPU work in memory.
 
 pub mod chrome;
 pub mod perfetto;
@@ -225,14 +225,16 @@ pub async fn export(
     out: &mut dyn Write,
 ) -> Result<Summary> {
     let (from_ns, to_ns) = resolve(ctx, run, window).await?;
-    let mut writer: Box<dyn Writer + '_> = match format {
-        Format::Perfetto => Box::new(perfetto::PerfettoWriter::new(out)),
-        Format::Chrome => Box::new(chrome::ChromeWriter::new(out, from_ns)),
-    };
-    let mut summary = Summary {
-        from_ns,
-        to_ns,
-        ..Summary::default()
+    let mut out = Output {
+        writer: match format {
+            Format::Perfetto => Box::new(perfetto::PerfettoWriter::new(out)),
+            Format::Chrome => Box::new(chrome::ChromeWriter::new(out, from_ns)),
+        },
+        summary: Summary {
+            from_ns,
+            to_ns,
+            ..Summary::default()
+        },
     };
     let run_sql = sql_text(run);
     let ranks = if window.ranks.is_empty() {
@@ -249,18 +251,14 @@ pub async fn export(
          WHERE run = {run_sql} AND {in_window} AND (dur >= {} OR kind = 'instant')",
         window.min_dur
     );
-    let mut stream = ctx.sql(&events).await?.execute_stream().await?;
-    while let Some(batch) = stream.next().await {
-        let columns = EventColumns::of(&batch?)?;
-        let items = columns.items();
-        count(&mut summary, &items);
-        writer.write(&items)?;
-    }
+    for_each_batch(ctx, &events, |b| {
+        let columns = EventColumns::of(&b)?;
+        out.emit(&columns.items())
+    })
+    .await?;
     let steps =
         format!("SELECT rank, step, ts, dur FROM steps WHERE run = {run_sql} AND {in_window}");
-    let mut stream = ctx.sql(&steps).await?.execute_stream().await?;
-    while let Some(batch) = stream.next().await {
-        let b = batch?;
+    for_each_batch(ctx, &steps, |b| {
         let rank = i32s(&b, "rank")?;
         let step = i64s(&b, "step")?;
         let ts = i64s(&b, "ts")?;
@@ -285,9 +283,9 @@ pub async fn export(
                 },
             })
             .collect();
-        count(&mut summary, &items);
-        writer.write(&items)?;
-    }
+        out.emit(&items)
+    })
+    .await?;
     // Per step, the share of it the GPU was busy (`step_stats`), as a counter sampled at
     // each step's start. A run without steps has none (and step_stats may refuse it).
     let busy =
@@ -311,8 +309,7 @@ pub async fn export(
                         value: opt(&gpu_busy, i).unwrap_or(0) as f64 / dur.value(i) as f64 * 100.0,
                     })
                     .collect();
-                count(&mut summary, &items);
-                writer.write(&items)?;
+                out.emit(&items)?;
             }
         }
     }
@@ -320,9 +317,7 @@ pub async fn export(
         "SELECT rank, device, ts, dur, cause, detail FROM gpu_gaps({run_sql}, 0) WHERE {in_window} AND dur >= {}",
         window.min_dur
     );
-    let mut stream = ctx.sql(&gaps).await?.execute_stream().await?;
-    while let Some(batch) = stream.next().await {
-        let b = batch?;
+    for_each_batch(ctx, &gaps, |b| {
         let rank = i32s(&b, "rank")?;
         let device = i32s(&b, "device")?;
         let ts = i64s(&b, "ts")?;
@@ -347,16 +342,14 @@ pub async fn export(
                 },
             })
             .collect();
-        count(&mut summary, &items);
-        writer.write(&items)?;
-    }
+        out.emit(&items)
+    })
+    .await?;
     let counters = format!(
         "SELECT rank, device, CAST(name AS VARCHAR) AS name, ts, value FROM counters \
          WHERE run = {run_sql} AND ts >= {from_ns} AND ts < {to_ns}{ranks}"
     );
-    let mut stream = ctx.sql(&counters).await?.execute_stream().await?;
-    while let Some(batch) = stream.next().await {
-        let b = batch?;
+    for_each_batch(ctx, &counters, |b| {
         let rank = i32s(&b, "rank")?;
         let device = i32s(&b, "device")?;
         let name = strs(&b, "name")?;
@@ -376,23 +369,46 @@ pub async fn export(
                 value: value.value(i),
             })
             .collect();
-        count(&mut summary, &items);
-        writer.write(&items)?;
+        out.emit(&items)
+    })
+    .await?;
+    out.writer.finish()?;
+    out.summary.tracks = out.writer.tracks();
+    Ok(out.summary)
+}
+
+/// The writer and what it was given.
+struct Output<'w> {
+    writer: Box<dyn Writer + 'w>,
+    summary: Summary,
+}
+
+impl Output<'_> {
+    fn emit(&mut self, items: &[Item<'_>]) -> Result<()> {
+        count(&mut self.summary, items);
+        Ok(self.writer.write(items)?)
     }
-    writer.finish()?;
-    summary.tracks = writer.tracks();
-    Ok(summary)
+}
+
+/// Runs `sql` and hands each batch of its result to `each` as the rows stream in.
+async fn for_each_batch(
+    ctx: &SessionContext,
+    sql: &str,
+    mut each: impl FnMut(RecordBatch) -> Result<()>,
+) -> Result<()> {
+    let mut stream = ctx.sql(sql).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        each(batch?)?;
+    }
+    Ok(())
 }
 
 fn count(s: &mut Summary, items: &[Item<'_>]) {
     for item in items {
         match item {
-            Item::Slice {
-                flow_out, flow_in, ..
-            } => {
+            Item::Slice { flow_out, .. } => {
                 s.slices += 1;
                 s.flows += u64::from(flow_out.is_some());
-                let _ = flow_in;
             }
             Item::Instant { .. } => s.instants += 1,
             Item::Counter { .. } => s.counters += 1,

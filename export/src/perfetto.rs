@@ -39,6 +39,9 @@ mod event {
     pub const COUNTER: u64 = 4;
 }
 
+/// `Trace.packet`.
+const TRACE_PACKET: u32 = 1;
+
 /// The one packet sequence this writer uses.
 const SEQUENCE: u64 = 1;
 
@@ -69,16 +72,7 @@ impl<'a> PerfettoWriter<'a> {
 
     /// Writes the packet built in `self.packet` as a `Trace.packet` field.
     fn flush_packet(&mut self) -> io::Result<()> {
-        // Field 1, wire type 2, then the length: written by hand to avoid copying the packet.
-        let mut prefix = vec![0x0a];
-        let mut n = self.packet.buf.len() as u64;
-        while n >= 0x80 {
-            prefix.push(n as u8 | 0x80);
-            n >>= 7;
-        }
-        prefix.push(n as u8);
-        self.out.write_all(&prefix)?;
-        self.out.write_all(&self.packet.buf)?;
+        self.packet.write_as_field(TRACE_PACKET, &mut self.out)?;
         self.packet.clear();
         Ok(())
     }

@@ -61,6 +61,16 @@ impl Message {
         self.bytes(field, s.as_bytes());
     }
 
+    /// Writes this message as length-delimited field `field` of its parent straight to
+    /// `out` (a `Trace`'s packets are written as they are made, never held together).
+    pub fn write_as_field(&self, field: u32, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut head = Vec::with_capacity(12);
+        varint(&mut head, (field as u64) << 3 | LEN);
+        varint(&mut head, self.buf.len() as u64);
+        out.write_all(&head)?;
+        out.write_all(&self.buf)
+    }
+
     /// A nested message field, written by `f` into `scratch` (kept for reuse).
     pub fn message(&mut self, field: u32, scratch: &mut Message, f: impl FnOnce(&mut Message)) {
         scratch.clear();

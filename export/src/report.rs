@@ -9,7 +9,7 @@
 //! inline SVG and the page's only script sorts tables: it opens offline, with no network
 //! request, and prints.
 
-use crate::{ExportError, Result};
+use crate::{sql_text, ExportError, Result};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
@@ -111,10 +111,6 @@ async fn query(ctx: &SessionContext, sql: &str) -> Result<Table> {
     Ok(t)
 }
 
-fn lit(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
 /// HTML-escaped text.
 fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -204,8 +200,8 @@ fn stacked_bar(parts: &[(&str, &str, i64)], total: i64) -> String {
 
 /// Writes the report's HTML.
 pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String> {
-    let run = lit(&opts.run);
-    let steps_arg = opts.steps.as_deref().map(lit);
+    let run = sql_text(&opts.run);
+    let steps_arg = opts.steps.as_deref().map(sql_text);
     let with_steps = |prefix: &str| match &steps_arg {
         Some(s) => format!("{prefix}{s}"),
         None => String::new(),
@@ -283,7 +279,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
                     "SELECT name, short_name(name) AS short, value_a, value_b, delta, ratio, typical_ratio, \
                      run_shift, p_adjusted, status, test FROM compare({}, {run}) \
                      WHERE status <> 'unchanged' ORDER BY abs(delta) DESC LIMIT 20",
-                    lit(b)
+                    sql_text(b)
                 ),
             )
             .await?,

@@ -137,34 +137,30 @@ pub fn record(
         error,
     })?;
     // Another recording's segments or status files would be read into this run.
-    let used = std::fs::read_dir(&spool)
-        .map_err(|error| RecordError::Io {
-            path: spool.clone(),
-            error,
-        })?
-        .flatten()
-        .any(|e| {
-            e.file_name().to_str().is_some_and(|n| {
-                wal::parse_segment_name(n).is_some() || wal::parse_status_name(n).is_some()
-            })
-        });
+    let used = holds(&spool, |n| {
+        wal::parse_segment_name(n).is_some() || wal::parse_status_name(n).is_some()
+    })
+    .map_err(|error| RecordError::Io {
+        path: spool.clone(),
+        error,
+    })?;
     if used {
         return Err(RecordError::SpoolInUse(spool));
     }
     let result = record_into(store, opts, command, &spool, progress);
     // A temporary spool goes, unless an error left segments in it that were not stored.
-    let unstored = std::fs::read_dir(&spool).is_ok_and(|d| {
-        d.flatten().any(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(wal::parse_segment_name)
-                .is_some()
-        })
-    });
+    let unstored = holds(&spool, |n| wal::parse_segment_name(n).is_some()).unwrap_or(false);
     if owned_spool && (result.is_ok() || !unstored) {
         let _ = std::fs::remove_dir_all(&spool);
     }
     result
+}
+
+/// Whether `dir` holds a file whose name `wanted` accepts.
+fn holds(dir: &Path, wanted: impl Fn(&str) -> bool) -> std::io::Result<bool> {
+    Ok(std::fs::read_dir(dir)?
+        .flatten()
+        .any(|e| e.file_name().to_str().is_some_and(&wanted)))
 }
 
 /// How long after the command exits its processes' collectors may still be writing their

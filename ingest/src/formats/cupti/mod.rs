@@ -130,7 +130,6 @@ struct Row {
     name: Arc<str>,
     args: Option<String>,
     copy_kind: Option<&'static str>,
-    device: Option<i32>,
     attribution: Attribution,
 }
 
@@ -228,9 +227,10 @@ impl Recording {
                 .map_err(|e| format!("the segment's health block: {e}"))?
         };
         let pid = meta.pid;
-        let shift = {
+        if !self.processes.contains_key(&pid) {
+            // The clock pair is read once, when the process's collector starts.
             let d = meta.clock.realtime_ns.saturating_sub(meta.clock.cupti_ns);
-            if d.saturating_abs() > 1_000_000_000 {
+            let shift = if d.saturating_abs() > 1_000_000_000 {
                 self.warn(
                     "CUPTI's clock is not the realtime clock: its times were moved by the difference read at start",
                     1,
@@ -238,13 +238,17 @@ impl Recording {
                 d
             } else {
                 0
-            }
-        };
-        let p = self.processes.entry(pid).or_insert_with(|| Process {
-            rank: meta.rank,
-            shift,
-            ..Process::default()
-        });
+            };
+            self.processes.insert(
+                pid,
+                Process {
+                    rank: meta.rank,
+                    shift,
+                    ..Process::default()
+                },
+            );
+        }
+        let p = self.processes.get_mut(&pid).expect("inserted above");
         if meta.seq != 0 && meta.seq <= p.last_seq {
             return Err(format!(
                 "segment {} of process {pid} comes after segment {}",
@@ -253,7 +257,6 @@ impl Recording {
         }
         p.last_seq = meta.seq;
         p.segments += 1;
-        // One shift per process: the clock pair is read once, when its collector starts.
         let shift = p.shift;
         let ts_of = |t: i64| t.saturating_add(shift);
         let health_ts = seg
@@ -420,7 +423,6 @@ impl Recording {
                         name,
                         args: domain_args(seg.text(r.detail)),
                         copy_kind: None,
-                        device: None,
                         attribution,
                     });
                 }
@@ -453,7 +455,6 @@ impl Recording {
                 name: range.name.clone(),
                 args: None,
                 copy_kind: None,
-                device: None,
                 attribution,
             });
         }
@@ -486,7 +487,7 @@ impl Recording {
                         })
                         .clone();
                     let mangled = seg.text(r.name).filter(|m| **m != *name);
-                    gpu_row(Kind::Kernel, rec, name, kernel_args(r, mangled), None, p)
+                    gpu_row(Kind::Kernel, rec, name, kernel_args(r, mangled), None)
                 }
                 RecordKind::Memcpy => {
                     let label = MEMCPY_OPER
@@ -501,7 +502,6 @@ impl Recording {
                         name,
                         Some(args),
                         Some(copy_code(r.copy_kind as i64)),
-                        p,
                     )
                 }
                 RecordKind::Memset => {
@@ -513,23 +513,13 @@ impl Recording {
                         memory_kind(r.code as u8),
                         r.context
                     );
-                    gpu_row(
-                        Kind::Memset,
-                        rec,
-                        "[CUDA memset]".into(),
-                        Some(args),
-                        None,
-                        p,
-                    )
+                    gpu_row(Kind::Memset, rec, "[CUDA memset]".into(), Some(args), None)
                 }
                 RecordKind::Sync => {
                     let name: Arc<str> = sync_name(Some(r.code as i64)).into();
-                    if r.stream == u32::MAX {
-                        rec.stream = u32::MAX;
-                    }
                     rec.device = p.contexts.get(&r.context).copied().unwrap_or(u32::MAX);
                     let args = format!("{{\"context\":{},\"event\":{}}}", r.context, r.value);
-                    gpu_row(Kind::Sync, rec, name, Some(args), None, p)
+                    gpu_row(Kind::Sync, rec, name, Some(args), None)
                 }
                 RecordKind::Runtime | RecordKind::Driver => {
                     let raw = seg.text(r.name).unwrap_or("");
@@ -557,7 +547,6 @@ impl Recording {
                         name,
                         args: Some(args),
                         copy_kind: None,
-                        device: None,
                         attribution,
                     })
                 }
@@ -569,7 +558,6 @@ impl Recording {
                         name: overhead_name(r.code).into(),
                         args: Some(format!("{{\"overhead_kind\":{}}}", r.code)),
                         copy_kind: None,
-                        device: None,
                         attribution,
                     })
                 }
@@ -673,9 +661,7 @@ impl Recording {
                     Some(op) => ops.append_value(op),
                     None => ops.append_null(),
                 }
-                let device = row
-                    .device
-                    .or_else(|| (gpu && r.device != u32::MAX).then_some(r.device as i32));
+                let device = (gpu && r.device != u32::MAX).then_some(r.device as i32);
                 let stream = (gpu && r.kind != RecordKind::Marker && r.stream != u32::MAX)
                     .then_some(r.stream as i64);
                 let is_api = matches!(row.kind, Kind::Runtime | Kind::Driver);
@@ -741,14 +727,13 @@ impl Recording {
     }
 }
 
-/// A GPU row, its device from the record.
+/// A GPU row: attributed once its launch is known.
 fn gpu_row(
     kind: Kind,
     record: RawRecord,
     name: Arc<str>,
     args: Option<String>,
     copy_kind: Option<&'static str>,
-    _p: &Process,
 ) -> Option<Row> {
     Some(Row {
         kind,
@@ -756,7 +741,6 @@ fn gpu_row(
         name,
         args,
         copy_kind,
-        device: None,
         attribution: Attribution::default(),
     })
 }
@@ -870,7 +854,8 @@ fn redacted(text: &str) -> Arc<str> {
     Arc::from(redact::redact_text(text).0.as_ref())
 }
 
-/// An Itanium C++ name demangled; any other name as it is.
+/// An Itanium C++ name demangled; any other name as it is. (The query layer's `demangle`
+/// SQL function is the same rule; the query crate does not depend on the adapters.)
 fn demangle(name: &str) -> std::borrow::Cow<'_, str> {
     if !name.starts_with("_Z") {
         return name.into();
