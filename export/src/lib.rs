@@ -6,12 +6,18 @@
 //! per GPU's annotations, per host thread (operators, annotations, runtime calls), flows from
 //! each launch call to its GPU work (by correlation id), the `counters` table as counter
 //! tracks, and gpuq's own knowledge: a `steps` track, a counter of each step's GPU-busy share
-//! (`step_stats`), and an `idle gaps` track per GPU whose slices are named by their cause
-//! (`gpu_gaps`).
+//! (`step_stats`), an `idle gaps` track per GPU whose slices are named by their cause
+//! (`gpu_gaps`), and a `findings` track: each finding over the moment it points to (its
+//! worst instance: `findings`' `at_ts`/`at_dur`), with its evidence and action.
 //!
 //! A [`Window`] (steps, a time range, ranks, a minimum duration) picks the part of a large run
-//! a viewer can hold. Rows are read as a stream and written a batch at a time; only the
-//! idle-gap track's `gpu_gaps` holds the run's GPU work in memory.
+//! a viewer can hold. Rows are read as a stream and written a batch at a time; the step and
+//! idle-gap tracks read the run's GPU work a part at a time ([`GapWindows`],
+//! [`busy_within`]), so they hold a part of the run, not all of it. The findings
+//! (`--no-findings` leaves them out) analyse the whole run at once.
+//!
+//! [`GapWindows`]: gpuq_query::analyses::gaps::GapWindows
+//! [`busy_within`]: gpuq_query::analyses::stages::busy_within
 
 pub mod chrome;
 pub mod perfetto;
@@ -43,6 +49,11 @@ pub enum ExportError {
 
 pub(crate) type Result<T> = std::result::Result<T, ExportError>;
 
+/// Steps measured per read of the run's GPU operations, and GPU operations per read for the
+/// idle gaps: what bounds an export's memory, whatever the run's size.
+const STEPS_PER_READ: usize = 16;
+const OPS_PER_READ: i64 = 50_000;
+
 /// The counter track of each step's GPU-busy share.
 pub const STEP_BUSY_COUNTER: &str = "GPU busy per step (%)";
 
@@ -64,6 +75,9 @@ pub struct Window {
     pub ranks: Vec<i32>,
     /// Leave out slices shorter than this (ns); instants and counters stay.
     pub min_dur: i64,
+    /// Leave out the findings track: the one part of an export that analyses the whole run
+    /// at once, so its memory grows with the run.
+    pub skip_findings: bool,
 }
 
 /// What an export wrote.
@@ -103,6 +117,10 @@ pub enum Track {
         rank: Option<i32>,
         device: Option<i32>,
     },
+    /// `findings`, each over the moment it points to (its worst instance).
+    Findings {
+        rank: Option<i32>,
+    },
     Counter {
         rank: Option<i32>,
         device: Option<i32>,
@@ -118,6 +136,7 @@ impl Track {
             | Track::Thread { rank, .. }
             | Track::Steps { rank }
             | Track::Gaps { rank, .. }
+            | Track::Findings { rank }
             | Track::Counter { rank, .. } => *rank,
         }
     }
@@ -135,6 +154,7 @@ impl Track {
             Track::Gaps { device, .. } => {
                 format!("GPU {} idle gaps (by cause)", or_q(device.map(i64::from)))
             }
+            Track::Findings { .. } => "findings".into(),
             Track::Counter { device, name, .. } => match device {
                 Some(d) => format!("{name} (GPU {d})"),
                 None => name.clone(),
@@ -164,6 +184,8 @@ pub struct Args<'a> {
     pub correlation: Option<i64>,
     pub bytes: Option<i64>,
     pub detail: Option<&'a str>,
+    pub severity: Option<&'a str>,
+    pub action: Option<&'a str>,
 }
 
 impl<'a> Args<'a> {
@@ -176,6 +198,8 @@ impl<'a> Args<'a> {
             self.correlation.map(|v| ("correlation", Arg::Int(v))),
             self.bytes.map(|v| ("bytes", Arg::Int(v))),
             self.detail.map(|v| ("detail", Arg::Text(v))),
+            self.severity.map(|v| ("severity", Arg::Text(v))),
+            self.action.map(|v| ("action", Arg::Text(v))),
         ]
         .into_iter()
         .flatten()
@@ -237,13 +261,17 @@ pub async fn export(
         },
     };
     let run_sql = sql_text(run);
-    let ranks = if window.ranks.is_empty() {
-        String::new()
-    } else {
-        let list: Vec<String> = window.ranks.iter().map(|r| r.to_string()).collect();
-        format!(" AND rank IN ({})", list.join(", "))
+    // The window as a condition on columns named `ts`, `dur` and `rank` by default.
+    let within = |ts: &str, dur: &str, rank: &str| {
+        let ranks = if window.ranks.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = window.ranks.iter().map(|r| r.to_string()).collect();
+            format!(" AND {rank} IN ({})", list.join(", "))
+        };
+        format!("{ts} + {dur} >= {from_ns} AND {ts} < {to_ns}{ranks}")
     };
-    let in_window = format!("ts + dur >= {from_ns} AND ts < {to_ns}{ranks}");
+    let in_window = within("ts", "dur", "rank");
     let events = format!(
         "SELECT rank, device, stream, pid, tid, CAST(kind AS VARCHAR) AS kind, \
          CAST(name AS VARCHAR) AS name, ts, dur, correlation, step, CAST(op AS VARCHAR) AS op, \
@@ -286,68 +314,152 @@ pub async fn export(
         out.emit(&items)
     })
     .await?;
-    // Per step, the share of it the GPU was busy (`step_stats`), as a counter sampled at
-    // each step's start. A run without steps has none (and step_stats may refuse it).
-    let busy =
-        format!("SELECT rank, ts, dur, gpu_busy FROM step_stats({run_sql}) WHERE {in_window}");
-    if let Ok(df) = ctx.sql(&busy).await {
-        if let Ok(batches) = df.collect().await {
-            for b in batches {
-                let rank = i32s(&b, "rank")?;
-                let ts = i64s(&b, "ts")?;
-                let dur = i64s(&b, "dur")?;
-                let gpu_busy = i64s(&b, "gpu_busy")?;
-                let items: Vec<Item> = (0..b.num_rows())
-                    .filter(|&i| dur.value(i) > 0)
-                    .map(|i| Item::Counter {
-                        track: Track::Counter {
-                            rank: opt(&rank, i),
-                            device: None,
-                            name: STEP_BUSY_COUNTER.into(),
-                        },
-                        ts: ts.value(i),
-                        value: opt(&gpu_busy, i).unwrap_or(0) as f64 / dur.value(i) as f64 * 100.0,
-                    })
-                    .collect();
-                out.emit(&items)?;
-            }
+    // Per step, the share of it the GPU was busy (`step_stats`' gpu_busy), as a counter
+    // sampled at each step's start, measured a window of steps at a time.
+    let steps = format!(
+        "SELECT rank, ts, dur FROM steps WHERE run = {run_sql} AND {in_window} AND dur > 0 ORDER BY ts"
+    );
+    let mut pending: Vec<(Option<i32>, i64, i64)> = Vec::new();
+    let mut stream = ctx.sql(&steps).await?.execute_stream().await?;
+    loop {
+        let next = stream.next().await.transpose()?;
+        if let Some(b) = &next {
+            let (rank, ts, dur) = (i32s(b, "rank")?, i64s(b, "ts")?, i64s(b, "dur")?);
+            pending.extend(
+                (0..b.num_rows()).map(|i| (opt(&rank, i), ts.value(i), ts.value(i) + dur.value(i))),
+            );
+        }
+        if pending.len() >= STEPS_PER_READ || (next.is_none() && !pending.is_empty()) {
+            let busy = gpuq_query::analyses::stages::busy_within(ctx, run, &pending).await?;
+            let items: Vec<Item> = pending
+                .iter()
+                .zip(busy)
+                .map(|(&(rank, s, e), busy)| Item::Counter {
+                    track: Track::Counter {
+                        rank,
+                        device: None,
+                        name: STEP_BUSY_COUNTER.into(),
+                    },
+                    ts: s,
+                    value: busy as f64 / (e - s) as f64 * 100.0,
+                })
+                .collect();
+            out.emit(&items)?;
+            pending.clear();
+        }
+        if next.is_none() {
+            break;
         }
     }
-    let gaps = format!(
-        "SELECT rank, device, ts, dur, cause, detail FROM gpu_gaps({run_sql}, 0) WHERE {in_window} AND dur >= {}",
-        window.min_dur
-    );
-    for_each_batch(ctx, &gaps, |b| {
-        let rank = i32s(&b, "rank")?;
-        let device = i32s(&b, "device")?;
-        let ts = i64s(&b, "ts")?;
-        let dur = i64s(&b, "dur")?;
-        let cause = strs(&b, "cause")?;
-        let detail = strs(&b, "detail")?;
-        let items: Vec<Item> = (0..b.num_rows())
-            .map(|i| Item::Slice {
+    // Idle gaps by cause, exactly `gpu_gaps`' rows, computed a window at a time: the gaps
+    // ended in each part of the window, then the one each GPU is in at its end.
+    let gpu_ops = |cond: &str| {
+        format!(
+            "SELECT count(*) AS n, max(first) AS last_first FROM (SELECT min(ts) AS first FROM gpu_ops \
+             WHERE run = {run_sql} AND ts > 0 AND dur >= 0 AND {cond} GROUP BY rank, pid, device)"
+        )
+    };
+    let inside = ctx
+        .sql(&format!(
+            "SELECT count(*) AS n FROM gpu_ops WHERE run = {run_sql} AND ts > 0 AND dur >= 0 AND ts >= {from_ns} AND ts < {to_ns}"
+        ))
+        .await?
+        .collect()
+        .await?;
+    let n = inside.first().and_then(|b| first(b, "n")).unwrap_or(0);
+    let parts = (n / OPS_PER_READ + 1).max(1);
+    let step = ((to_ns - from_ns) / parts).max(1);
+    let mut bounds: Vec<(i64, i64)> = (0..parts)
+        .map(|k| {
+            let a = from_ns + k * step;
+            (a, if k + 1 == parts { to_ns } else { a + step })
+        })
+        .collect();
+    let after = ctx
+        .sql(&gpu_ops(&format!("ts >= {to_ns}")))
+        .await?
+        .collect()
+        .await?;
+    if let Some(last_first) = after.first().and_then(|b| first(b, "last_first")) {
+        bounds.push((to_ns, last_first + 1));
+    }
+    let mut windows = gpuq_query::analyses::gaps::GapWindows::start(ctx, run, from_ns).await?;
+    for (_, z) in bounds {
+        let gaps = windows.next(ctx, z, 0).await?;
+        let items: Vec<Item> = gaps
+            .iter()
+            .filter(|g| g.start < to_ns && g.dur >= window.min_dur)
+            .filter(|g| {
+                window.ranks.is_empty() || g.key.rank.is_some_and(|r| window.ranks.contains(&r))
+            })
+            .map(|g| Item::Slice {
                 track: Track::Gaps {
-                    rank: opt(&rank, i),
-                    device: opt(&device, i),
+                    rank: g.key.rank,
+                    device: g.key.device,
                 },
-                ts: ts.value(i),
-                dur: dur.value(i),
-                name: text(&cause, i).unwrap_or(""),
+                ts: g.start,
+                dur: g.dur,
+                name: g.cause,
                 category: "idle",
                 flow_out: None,
                 flow_in: None,
                 args: Args {
-                    detail: text(&detail, i),
+                    detail: g.detail.as_deref(),
                     ..Args::default()
                 },
             })
             .collect();
-        out.emit(&items)
-    })
-    .await?;
+        out.emit(&items)?;
+    }
+    // Findings at the moment each points to (those about totals have none). With steps,
+    // the findings of those steps.
+    let steps_arg = window
+        .steps
+        .as_deref()
+        .map_or(String::new(), |s| format!(", {}", sql_text(s)));
+    let findings = (!window.skip_findings).then(|| {
+        format!(
+        "SELECT at_rank AS rank, at_ts AS ts, at_dur AS dur, severity, title, evidence, action \
+         FROM findings({run_sql}{steps_arg}) WHERE at_ts IS NOT NULL AND {}",
+        within("at_ts", "at_dur", "at_rank")
+    )
+    });
+    if let Some(findings) = findings {
+        for_each_batch(ctx, &findings, |b| {
+            let rank = i32s(&b, "rank")?;
+            let ts = i64s(&b, "ts")?;
+            let dur = i64s(&b, "dur")?;
+            let severity = strs(&b, "severity")?;
+            let title = strs(&b, "title")?;
+            let evidence = strs(&b, "evidence")?;
+            let action = strs(&b, "action")?;
+            let items: Vec<Item> = (0..b.num_rows())
+                .map(|i| Item::Slice {
+                    track: Track::Findings {
+                        rank: opt(&rank, i),
+                    },
+                    ts: ts.value(i),
+                    dur: dur.value(i).max(1),
+                    name: text(&title, i).unwrap_or(""),
+                    category: "finding",
+                    flow_out: None,
+                    flow_in: None,
+                    args: Args {
+                        detail: text(&evidence, i),
+                        severity: text(&severity, i),
+                        action: text(&action, i),
+                        ..Args::default()
+                    },
+                })
+                .collect();
+            out.emit(&items)
+        })
+        .await?;
+    }
     let counters = format!(
         "SELECT rank, device, CAST(name AS VARCHAR) AS name, ts, value FROM counters \
-         WHERE run = {run_sql} AND ts >= {from_ns} AND ts < {to_ns}{ranks}"
+         WHERE run = {run_sql} AND {}",
+        within("ts", "0", "rank")
     );
     for_each_batch(ctx, &counters, |b| {
         let rank = i32s(&b, "rank")?;
@@ -635,7 +747,7 @@ impl EventColumns {
                     scope: text(&self.scope, i),
                     correlation,
                     bytes: opt(&self.bytes, i),
-                    detail: None,
+                    ..Args::default()
                 },
             });
         }

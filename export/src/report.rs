@@ -1,13 +1,17 @@
 //! `gpuq report`: one self-contained HTML page per run (and, with a baseline, per
 //! comparison) that shows where the time went: the run's facts, the breakdown, top kernels
-//! and kernel classes, time per step with outliers marked, idle gaps by cause, the findings
-//! with their evidence and action, and what changed against the baseline.
+//! and kernel classes, time per step with outliers marked, idle gaps by cause, each GPU's
+//! utilisation over the run, a zoomable timeline of a window ([`timeline`]), the findings
+//! with their evidence and action (and their moment on the timeline), and what changed
+//! against the baseline.
 //!
 //! Every figure comes from the SQL functions (`breakdown`, `top_kernels`, `step_stats`,
 //! `gpu_gaps`, `findings`, `compare`), and each carries its exact value in a `data-ns` or
 //! `data-value` attribute, so a test (or a script) can check the page against SQL. Charts are
-//! inline SVG and the page's only script sorts tables: it opens offline, with no network
-//! request, and prints.
+//! inline SVG and the page's little script sorts tables and zooms the timeline: it opens
+//! offline, with no network request, and prints.
+
+mod timeline;
 
 use crate::{sql_text, ExportError, Result};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -40,10 +44,13 @@ impl Table {
         self.rows[row][i].as_deref()
     }
 
+    /// An integer cell exactly (epoch nanoseconds do not survive a double); a float cell
+    /// rounded toward zero.
     fn int(&self, row: usize, column: &str) -> Option<i64> {
-        self.get(row, column)
-            .and_then(|v| v.parse::<f64>().ok())
-            .map(|v| v as i64)
+        let v = self.get(row, column)?;
+        v.parse::<i64>()
+            .ok()
+            .or_else(|| v.parse::<f64>().ok().map(|v| v as i64))
     }
 
     fn num(&self, row: usize, column: &str) -> Option<f64> {
@@ -246,7 +253,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
     let steps = query(
         ctx,
         &format!(
-            "SELECT rank, step, dur, gpu_busy, idle_pct, vs_median FROM step_stats({run}{}) ORDER BY rank, step",
+            "SELECT rank, step, ts, dur, gpu_busy, idle_pct, vs_median FROM step_stats({run}{}) ORDER BY rank, step",
             with_steps(", ")
         ),
     )
@@ -266,7 +273,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
     let findings = query(
         ctx,
         &format!(
-            "SELECT severity, category, title, evidence, action, impact_ns FROM findings({run}{})",
+            "SELECT severity, category, title, evidence, action, impact_ns, at_rank, at_ts, at_dur FROM findings({run}{})",
             with_steps(", ")
         ),
     )
@@ -435,6 +442,20 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         h.push_str(&stacked_bar(&parts, gap_total));
     }
     h.push_str("</section>\n");
+    // Utilisation and the timeline.
+    let _ = write!(
+        h,
+        "<section id=\"utilisation\"><h2>GPU utilisation over the run</h2>\n{}</section>\n",
+        timeline::utilisation(ctx, &opts.run, opts.steps.as_deref()).await?
+    );
+    let window = timeline::choose(ctx, &opts.run, &steps, opts.steps.as_deref()).await?;
+    if let Some(w) = &window {
+        let _ = write!(
+            h,
+            "<section id=\"timeline\"><h2>Timeline</h2>\n{}</section>\n",
+            timeline::timeline(ctx, &opts.run, w, &findings).await?
+        );
+    }
     // Findings.
     h.push_str("<section id=\"findings\"><h2>Findings</h2>\n");
     if findings.rows.is_empty() {
@@ -442,9 +463,37 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
     }
     for i in 0..findings.rows.len() {
         let severity = findings.get(i, "severity").unwrap_or("info");
+        // Where it points, as a link that zooms the timeline there when it is in its window.
+        let at = match (findings.int(i, "at_ts"), findings.int(i, "at_dur")) {
+            (Some(ts), Some(dur)) => {
+                let link = window
+                    .as_ref()
+                    .filter(|w| ts < w.hi && ts + dur >= w.lo)
+                    .map(|w| {
+                        let pad = (dur / 2).max(1);
+                        let ms = |t: i64| (t - w.lo).max(0) as f64 / 1e6;
+                        format!(
+                            " <a href=\"#t={:.6}-{:.6}\">show on the timeline</a>",
+                            ms(ts - pad),
+                            ms(ts + dur + pad)
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "<div class=\"at\" data-at-ts=\"{ts}\" data-ns=\"{dur}\">at {} ns{}, for {}{link}</div>",
+                    ts,
+                    findings
+                        .get(i, "at_rank")
+                        .map(|r| format!(" on rank {}", esc(r)))
+                        .unwrap_or_default(),
+                    human_ns(dur)
+                )
+            }
+            _ => String::new(),
+        };
         let _ = write!(
             h,
-            "<div class=\"finding {}\"><div class=\"ftitle\"><span class=\"sev\">{}</span> {}</div><div class=\"evidence\">{}</div><div class=\"action\">{}</div></div>\n",
+            "<div class=\"finding {}\"><div class=\"ftitle\"><span class=\"sev\">{}</span> {}</div><div class=\"evidence\">{}</div><div class=\"action\">{}</div>{at}</div>\n",
             esc(severity),
             esc(severity),
             esc(findings.get(i, "title").unwrap_or("")),
@@ -492,8 +541,9 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
     }
     let _ = write!(
         h,
-        "<footer>Made by gpuq from run {}. Every figure is what the SQL functions return; exact values in each element's data-ns (nanoseconds) or data-value attribute.</footer>\n<script>{SCRIPT}</script>\n</body></html>\n",
-        esc(&opts.run)
+        "<footer>Made by gpuq from run {}. Every figure is what the SQL functions return; exact values in each element's data-ns (nanoseconds) or data-value attribute.</footer>\n<script>{}{SCRIPT}</script>\n</body></html>\n",
+        esc(&opts.run),
+        timeline::SCRIPT
     );
     Ok(h)
 }
@@ -553,7 +603,10 @@ th{cursor:pointer;background:#f6f6f6}.n{text-align:right;white-space:nowrap}.nam
 .finding{border-left:4px solid #bab0ac;padding:6px 10px;margin:10px 0;background:#fafafa}.finding.high{border-color:#e15759}.finding.medium{border-color:#f28e2b}\
 .sev{font-weight:bold;text-transform:uppercase;font-size:12px}.ftitle{font-weight:600}.evidence{color:#555;font-size:13px}.action{margin-top:3px}\
 tr.slower td{background:#fdecea}tr.faster td{background:#eaf6ea}footer{margin-top:30px;color:#777;font-size:12px}\
-@media print{th{cursor:default}}";
+.util{margin:4px 0}.strip{width:100%;height:16px;display:block}.tl{display:flex;border:1px solid #ddd}.lanes{flex:0 0 170px;font-size:11px;border-right:1px solid #ddd}\
+.lane{height:14px;line-height:14px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis;padding:0 4px}.tl-plot{flex:1;min-width:0}#timeline-svg{width:100%;display:block;cursor:grab}\
+#tl-tip{min-height:18px;font-size:12px;color:#333;margin:3px 0}.tl-tools{margin:4px 0;font-size:12px}.tl-tools button{margin-right:4px}.at{font-size:12px;color:#555}\
+@media print{th{cursor:default}.tl-tools{display:none}}";
 
 /// Sorts a table by the clicked column (by `data-ns`/`data-value` where present), and marks
 /// the page rendered.

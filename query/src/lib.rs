@@ -13,6 +13,7 @@
 //! | `steps` | `ProfilerStep#N` ranges: run, rank, step, ts, dur |
 
 pub mod analyses;
+pub mod arrow_stream;
 pub mod cancel;
 pub mod dict_agg;
 pub mod functions;

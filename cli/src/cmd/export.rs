@@ -21,6 +21,7 @@ pub(super) async fn run(store_path: &Path, args: ExportArgs) -> anyhow::Result<E
         to: args.to,
         ranks: args.ranks,
         min_dur: args.min_dur,
+        skip_findings: args.no_findings,
     };
     let format = match args.format {
         ExportFormat::Perfetto => Format::Perfetto,

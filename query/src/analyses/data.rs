@@ -115,6 +115,66 @@ pub const NSYS_GPU_OVERHEAD: &[&str] = &[
     "CUDA profiling overhead",
 ];
 
+/// Which of a run's rows a loader reads: all of them, or those of a time window (so that an
+/// analysis can go through a large run a window at a time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Rows {
+    #[default]
+    All,
+    /// Rows starting in `[lo, hi)`.
+    Starting(i64, i64),
+    /// Rows overlapping `[lo, hi)`.
+    Overlapping(i64, i64),
+    /// Rows starting before `hi`.
+    Before(i64),
+}
+
+impl Rows {
+    /// The condition, as ` AND ...` on columns `ts` and `dur`.
+    fn sql(self) -> String {
+        match self {
+            Rows::All => String::new(),
+            Rows::Starting(lo, hi) => format!(" AND ts >= {lo} AND ts < {hi}"),
+            Rows::Overlapping(lo, hi) => format!(" AND ts < {hi} AND ts + dur > {lo}"),
+            Rows::Before(hi) => format!(" AND ts < {hi}"),
+        }
+    }
+}
+
+/// Each device timeline's whole-run span (first start, last end of its operations, as
+/// [`Timelines::load`] reads them), and its latest end among operations starting before
+/// `before`: aggregates, so a window's loader knows the run around it without reading it.
+pub async fn device_spans(
+    ctx: &SessionContext,
+    run: &str,
+    before: i64,
+) -> Result<(HashMap<DeviceKey, (i64, i64)>, HashMap<DeviceKey, i64>)> {
+    let sql = format!(
+        "SELECT rank, pid, device, min(ts), max(ts + dur), max(CASE WHEN ts < {before} THEN ts + dur END) \
+         FROM gpu_ops WHERE run = {} AND ts > 0 AND dur >= 0 GROUP BY rank, pid, device",
+        literal(run)
+    );
+    let (mut spans, mut carry) = (HashMap::new(), HashMap::new());
+    for b in collect(ctx, &sql).await? {
+        let (rank, pid, device) = (ints(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?);
+        let (lo, hi, last) = (ints(&b, 3)?, ints(&b, 4)?, ints(&b, 5)?);
+        for i in 0..b.num_rows() {
+            let key = DeviceKey {
+                rank: rank[i].map(|r| r as i32),
+                pid: pid[i],
+                device: device[i].map(|d| d as i32),
+            };
+            if let (Some(lo), Some(hi)) = (lo[i], hi[i]) {
+                spans.insert(key.clone(), (lo, hi));
+            }
+            if let Some(e) = last[i] {
+                carry.insert(key, e);
+            }
+        }
+    }
+    Ok((spans, carry))
+}
+
 /// One run's GPU operations, per device timeline, sorted by start.
 #[derive(Debug, Default)]
 pub struct Timelines {
@@ -144,10 +204,43 @@ impl Timelines {
     /// rules take them), and, when `with_overhead`, the profiler-overhead rows Nsight Systems
     /// counts as work of every device of their process within that device's span.
     pub async fn load(ctx: &SessionContext, run: &str, with_overhead: bool) -> Result<Self> {
+        let mut t = Timelines::load_rows(ctx, run, Rows::All).await?;
+        if with_overhead && !t.devices.is_empty() {
+            let spans = t.spans();
+            t.add_overhead(ctx, run, Rows::All, &spans).await?;
+        }
+        t.sort();
+        Ok(t)
+    }
+
+    /// Each device timeline's first start and last end.
+    pub fn spans(&self) -> HashMap<DeviceKey, (i64, i64)> {
+        self.devices
+            .iter()
+            .map(|(k, ops)| {
+                let lo = ops.iter().map(|o| o.start).min().unwrap_or(0);
+                let hi = ops.iter().map(|o| o.end).max().unwrap_or(0);
+                (k.clone(), (lo, hi))
+            })
+            .collect()
+    }
+
+    /// Sorts the timelines by key and each one's operations by start.
+    pub fn sort(&mut self) {
+        self.devices.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, ops) in self.devices.iter_mut() {
+            ops.sort_by_key(|o| (o.start, o.end));
+        }
+    }
+
+    /// Loads the kernels, memcpy and memset of `run` that `rows` selects (see [`Self::load`]),
+    /// unsorted: [`Self::sort`] when complete.
+    pub async fn load_rows(ctx: &SessionContext, run: &str, rows: Rows) -> Result<Self> {
         let sql = format!(
             "SELECT rank, pid, device, stream, kind, name, ts, ts + dur, correlation, op, step \
-             FROM gpu_ops WHERE run = {} AND ts > 0 AND dur >= 0",
-            literal(run)
+             FROM gpu_ops WHERE run = {} AND ts > 0 AND dur >= 0{}",
+            literal(run),
+            rows.sql()
         );
         let mut names = Names::default();
         let mut by_key: HashMap<DeviceKey, Vec<Op>> = HashMap::new();
@@ -196,58 +289,62 @@ impl Timelines {
                 });
             }
         }
-        if with_overhead && !by_key.is_empty() {
-            let list = NSYS_GPU_OVERHEAD
-                .iter()
-                .map(|n| literal(n))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let sql = format!(
-                "SELECT rank, pid, ts, ts + dur FROM events WHERE run = {} AND kind = 'overhead' \
-                 AND name IN ({list})",
-                literal(run)
-            );
-            let overhead_name = names.id("[profiler overhead]");
-            let spans: HashMap<DeviceKey, (i64, i64)> = by_key
-                .iter()
-                .map(|(k, ops)| {
-                    let lo = ops.iter().map(|o| o.start).min().unwrap_or(0);
-                    let hi = ops.iter().map(|o| o.end).max().unwrap_or(0);
-                    (k.clone(), (lo, hi))
-                })
-                .collect();
-            for b in collect(ctx, &sql).await? {
-                let (rank, pid, ts, end) = (ints(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, ints(&b, 3)?);
-                for i in 0..b.num_rows() {
-                    let (Some(s), Some(e)) = (ts[i], end[i]) else {
+        Ok(Timelines {
+            devices: by_key.into_iter().collect(),
+            names,
+        })
+    }
+
+    /// Adds the profiler-overhead rows (selected by `rows`) that Nsight Systems counts as
+    /// work of every device of their process strictly within that device's span (`spans`:
+    /// whole-run spans, [`Self::spans`] or [`device_spans`]).
+    pub async fn add_overhead(
+        &mut self,
+        ctx: &SessionContext,
+        run: &str,
+        rows: Rows,
+        spans: &HashMap<DeviceKey, (i64, i64)>,
+    ) -> Result<()> {
+        let list = NSYS_GPU_OVERHEAD
+            .iter()
+            .map(|n| literal(n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT rank, pid, ts, ts + dur FROM events WHERE run = {} AND kind = 'overhead' \
+             AND name IN ({list}){}",
+            literal(run),
+            rows.sql()
+        );
+        let overhead_name = self.names.id("[profiler overhead]");
+        for b in collect(ctx, &sql).await? {
+            let (rank, pid, ts, end) = (ints(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, ints(&b, 3)?);
+            for i in 0..b.num_rows() {
+                let (Some(s), Some(e)) = (ts[i], end[i]) else {
+                    continue;
+                };
+                for (key, ops) in self.devices.iter_mut() {
+                    let Some(&(lo, hi)) = spans.get(key) else {
                         continue;
                     };
-                    for (key, ops) in by_key.iter_mut() {
-                        let (lo, hi) = spans[key];
-                        let same = key.pid == pid[i] && key.rank.map(i64::from) == rank[i];
-                        // Strictly inside the device's span, like the rule's SQL.
-                        if same && s > lo && e < hi {
-                            ops.push(Op {
-                                start: s,
-                                end: e,
-                                stream: None,
-                                class: OpClass::Overhead,
-                                name: overhead_name,
-                                correlation: None,
-                                op: None,
-                                step: None,
-                            });
-                        }
+                    let same = key.pid == pid[i] && key.rank.map(i64::from) == rank[i];
+                    // Strictly inside the device's span, like the rule's SQL.
+                    if same && s > lo && e < hi {
+                        ops.push(Op {
+                            start: s,
+                            end: e,
+                            stream: None,
+                            class: OpClass::Overhead,
+                            name: overhead_name,
+                            correlation: None,
+                            op: None,
+                            step: None,
+                        });
                     }
                 }
             }
         }
-        let mut devices: Vec<(DeviceKey, Vec<Op>)> = by_key.into_iter().collect();
-        devices.sort_by(|a, b| a.0.cmp(&b.0));
-        for (_, ops) in devices.iter_mut() {
-            ops.sort_by_key(|o| (o.start, o.end));
-        }
-        Ok(Timelines { devices, names })
+        Ok(())
     }
 }
 
@@ -262,12 +359,75 @@ pub struct Host {
 impl Host {
     /// Loads the runtime/driver calls of `run`; names are interned into `names`.
     pub async fn load(ctx: &SessionContext, run: &str, names: &mut Names) -> Result<Self> {
+        let mut host = Host::default();
+        host.add(ctx, run, names, Rows::All.sql(), |_| true).await?;
+        Ok(host)
+    }
+
+    /// Loads the calls of `run` that `rows` selects (see [`Self::load`]).
+    pub async fn load_rows(
+        ctx: &SessionContext,
+        run: &str,
+        names: &mut Names,
+        rows: Rows,
+    ) -> Result<Self> {
+        let mut host = Host::default();
+        host.add(ctx, run, names, rows.sql(), |_| true).await?;
+        Ok(host)
+    }
+
+    /// Adds every call with a (rank, correlation id) in `wanted` (the GPU operations of a
+    /// window) other than those overlapping `[loaded_lo, loaded_hi)` (loaded already): with
+    /// them, [`Self::launch`] finds for those operations what it finds with the whole run
+    /// loaded (correlation ids repeat across processes). Read by each rank's range of ids,
+    /// which stays as small as the window whatever the run's size.
+    pub async fn add_launches(
+        &mut self,
+        ctx: &SessionContext,
+        run: &str,
+        names: &mut Names,
+        wanted: &std::collections::HashSet<(Option<i32>, i64)>,
+        (loaded_lo, loaded_hi): (i64, i64),
+    ) -> Result<()> {
+        let mut ranges: HashMap<Option<i32>, (i64, i64)> = HashMap::new();
+        for &(rank, c) in wanted {
+            let r = ranges.entry(rank).or_insert((c, c));
+            *r = (r.0.min(c), r.1.max(c));
+        }
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let by_rank: Vec<String> = ranges
+            .iter()
+            .map(|(rank, (a, b))| {
+                let rank = rank.map_or("rank IS NULL".to_string(), |r| format!("rank = {r}"));
+                format!("({rank} AND correlation BETWEEN {a} AND {b})")
+            })
+            .collect();
+        let cond = format!(
+            " AND NOT (ts < {loaded_hi} AND ts + dur > {loaded_lo}) AND ({})",
+            by_rank.join(" OR ")
+        );
+        self.add(ctx, run, names, cond, |key| wanted.contains(&key))
+            .await
+    }
+
+    /// Adds the runtime/driver calls matching `cond` (` AND ...`) whose (rank, correlation)
+    /// `keep` accepts (calls without a correlation are always kept).
+    async fn add(
+        &mut self,
+        ctx: &SessionContext,
+        run: &str,
+        names: &mut Names,
+        cond: String,
+        keep: impl Fn((Option<i32>, i64)) -> bool,
+    ) -> Result<()> {
         let sql = format!(
             "SELECT rank, pid, tid, name, ts, ts + dur, correlation FROM runtime \
-             WHERE run = {} AND dur >= 0",
+             WHERE run = {} AND dur >= 0{cond}",
             literal(run)
         );
-        let mut host = Host::default();
+        let host = self;
         for b in collect(ctx, &sql).await? {
             let (rank, pid, tid) = (ints(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?);
             let name = strings(&b, 3)?;
@@ -276,8 +436,12 @@ impl Host {
                 let (Some(start), Some(end)) = (ts[i], end[i]) else {
                     continue;
                 };
+                let rank = rank[i].map(|r| r as i32);
+                if corr[i].is_some_and(|c| !keep((rank, c))) {
+                    continue;
+                }
                 let call = HostCall {
-                    rank: rank[i].map(|r| r as i32),
+                    rank,
                     pid: pid[i],
                     tid: tid[i],
                     name: names.id(name[i].as_deref().unwrap_or("")),
@@ -287,7 +451,7 @@ impl Host {
                 host.push(call, corr[i]);
             }
         }
-        Ok(host)
+        Ok(())
     }
 
     /// Adds a call with its correlation id.
@@ -318,10 +482,21 @@ impl Host {
 /// The annotation ranges of a run (kinds `annotation`, `gpu_annotation` excluded: those are
 /// GPU-side projections).
 pub async fn ranges(ctx: &SessionContext, run: &str, names: &mut Names) -> Result<Vec<Range>> {
+    ranges_rows(ctx, run, names, Rows::All).await
+}
+
+/// The annotation ranges of `run` that `rows` selects (see [`ranges`]).
+pub async fn ranges_rows(
+    ctx: &SessionContext,
+    run: &str,
+    names: &mut Names,
+    rows: Rows,
+) -> Result<Vec<Range>> {
     let sql = format!(
         "SELECT rank, pid, name, scope, ts, ts + dur FROM events \
-         WHERE run = {} AND kind = 'annotation' AND dur > 0",
-        literal(run)
+         WHERE run = {} AND kind = 'annotation' AND dur > 0{}",
+        literal(run),
+        rows.sql()
     );
     let mut out = Vec::new();
     for b in collect(ctx, &sql).await? {

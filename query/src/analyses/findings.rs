@@ -3,7 +3,9 @@
 //!
 //! Each finding has a `severity` (`high`, `medium`, `low`), a `category`, a one-line
 //! `title`, the `evidence` (numbers and the events involved), the `action`, and `impact_ns`:
-//! the time at stake (GPU time lost or exposed). Rows are ordered by severity, then impact.
+//! the time at stake (GPU time lost or exposed); `at_rank`, `at_ts`, `at_dur`: the worst
+//! instance, where a timeline should point (the longest gap, the least busy launch-bound
+//! stretch, the longest sync call, the slowest step; NULL for findings about totals). Rows are ordered by severity, then impact.
 //! Severity is the impact's share of the GPU span (summed over devices): at least 10 % is
 //! `high`, at least 3 % `medium`, else `low`.
 //!
@@ -33,7 +35,7 @@ mod rules;
 
 use super::data::{ranges, Host, Names, Scope, Timelines};
 use super::{batch, Call, Spec};
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
@@ -53,6 +55,9 @@ fn schema() -> SchemaRef {
         Field::new("evidence", DataType::Utf8, false),
         Field::new("action", DataType::Utf8, false),
         Field::new("impact_ns", DataType::Int64, false),
+        Field::new("at_rank", DataType::Int32, true),
+        Field::new("at_ts", DataType::Int64, true),
+        Field::new("at_dur", DataType::Int64, true),
     ]))
 }
 
@@ -64,6 +69,17 @@ pub struct Finding {
     pub evidence: String,
     pub action: String,
     pub impact_ns: i64,
+    /// Where to look: the worst instance (the longest gap, the slowest step, ...), for a
+    /// timeline's marker. `None` for findings about totals (exposed copies, kernel classes).
+    pub at: Option<At>,
+}
+
+/// The moment a finding points to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct At {
+    pub rank: Option<i32>,
+    pub ts: i64,
+    pub dur: i64,
 }
 
 fn severity_rank(s: &str) -> u8 {
@@ -191,6 +207,15 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
         )),
         Arc::new(Int64Array::from_iter_values(
             rows.iter().map(|r| r.impact_ns),
+        )),
+        Arc::new(Int32Array::from_iter(
+            rows.iter().map(|r| r.at.and_then(|a| a.rank)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| r.at.map(|a| a.ts)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| r.at.map(|a| a.dur)),
         )),
     ];
     batch(schema(), columns)

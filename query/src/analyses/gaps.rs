@@ -37,7 +37,10 @@
 //! SELECT cause, count(*), fmt_dur(sum(dur)) FROM gpu_gaps('llama-bs8', dur('100us')) GROUP BY cause;
 //! ```
 
-use super::data::{ranges, DeviceKey, Host, HostCall, Names, Range, Scope, Timelines};
+use super::data::{
+    collect, device_spans, ints, ranges, ranges_rows, DeviceKey, Host, HostCall, Names, Range,
+    Rows, Scope, Timelines,
+};
 use super::{batch, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -202,6 +205,7 @@ impl<T> Index<T> {
 
 /// What the cause rules look at, for one run.
 struct Context<'a> {
+    host: &'a Host,
     names: &'a Names,
     /// (rank, pid) -> the process's synchronisation calls.
     syncs: HashMap<(Option<i32>, Option<i64>), Index<u32>>,
@@ -213,12 +217,15 @@ struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
-    /// `gpu_spans`: per rank, the first start and last end of its GPU work.
+    /// `gpu_spans`: per rank, the first start and last end of its GPU work. `ranks`: the
+    /// ranks with host calls or ranges in the run (rank-less ranges apply to each), when
+    /// `host` and `ranges` hold only a window of it.
     fn new(
         host: &'a Host,
         names: &'a Names,
         ranges: &[Range],
         gpu_spans: &HashMap<Option<i32>, (i64, i64)>,
+        ranks: Option<Vec<Option<i32>>>,
     ) -> Self {
         let mut syncs: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
         for c in &host.calls {
@@ -229,10 +236,13 @@ impl<'a> Context<'a> {
                     .push((c.start, c.end, c.name));
             }
         }
-        let mut ranks: Vec<Option<i32>> = host.calls.iter().map(|c| c.rank).collect();
-        ranks.extend(ranges.iter().map(|r| r.rank));
-        ranks.sort_unstable();
-        ranks.dedup();
+        let ranks = ranks.unwrap_or_else(|| {
+            let mut ranks: Vec<Option<i32>> = host.calls.iter().map(|c| c.rank).collect();
+            ranks.extend(ranges.iter().map(|r| r.rank));
+            ranks.sort_unstable();
+            ranks.dedup();
+            ranks
+        });
         let stage_scope = |r: &Range| r.scope.is_some_and(|s| names.get(s) == "stage");
         let mut loading: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
         let mut stages: HashMap<_, Vec<(i64, i64, u32)>> = HashMap::new();
@@ -263,6 +273,7 @@ impl<'a> Context<'a> {
             m.into_iter().map(|(k, v)| (k, Index::new(v))).collect()
         };
         Context {
+            host,
             names,
             syncs: syncs.into_iter().map(|(k, v)| (k, Index::new(v))).collect(),
             loading: index(loading),
@@ -309,6 +320,18 @@ impl<'a> Context<'a> {
     }
 }
 
+/// Per rank, the first start and last end of the device timelines' spans.
+fn rank_spans<'k>(
+    spans: impl Iterator<Item = (&'k DeviceKey, (i64, i64))>,
+) -> HashMap<Option<i32>, (i64, i64)> {
+    let mut out: HashMap<Option<i32>, (i64, i64)> = HashMap::new();
+    for (key, (lo, hi)) in spans {
+        let span = out.entry(key.rank).or_insert((lo, hi));
+        *span = (span.0.min(lo), span.1.max(hi));
+    }
+    out
+}
+
 /// The device gaps longer than `min_gap_ns`, ordered by device timeline, then start.
 pub fn device_gaps(
     timelines: &Timelines,
@@ -317,22 +340,160 @@ pub fn device_gaps(
     ranges: &[Range],
     min_gap_ns: i64,
 ) -> Vec<Gap> {
-    let mut gpu_spans: HashMap<Option<i32>, (i64, i64)> = HashMap::new();
-    for (key, ops) in &timelines.devices {
-        let lo = ops.iter().map(|o| o.start).min();
-        let hi = ops.iter().map(|o| o.end).max();
-        if let (Some(lo), Some(hi)) = (lo, hi) {
-            let span = gpu_spans.entry(key.rank).or_insert((lo, hi));
-            *span = (span.0.min(lo), span.1.max(hi));
+    let spans = timelines.spans();
+    let gpu_spans = rank_spans(
+        timelines
+            .devices
+            .iter()
+            .filter(|(_, ops)| !ops.is_empty())
+            .map(|(k, _)| (k, spans[k])),
+    );
+    let cx = Context::new(host, names, ranges, &gpu_spans, None);
+    sweep(timelines, &cx, min_gap_ns, &mut HashMap::new(), i64::MIN)
+}
+
+/// The gaps of `run` ended by an operation starting in `[lo, hi)`, each exactly as
+/// [`device_gaps`] finds it over the whole run (see [`GapWindows`]).
+pub async fn gaps_between(
+    ctx: &SessionContext,
+    run: &str,
+    lo: i64,
+    hi: i64,
+    min_gap_ns: i64,
+) -> Result<Vec<Gap>> {
+    GapWindows::start(ctx, run, lo)
+        .await?
+        .next(ctx, hi, min_gap_ns)
+        .await
+}
+
+/// A run's gaps read window after window in time order, each gap exactly as
+/// [`device_gaps`] finds it over the whole run, while holding one window: the operations
+/// starting in it, aggregates of the rest (each device's span; its latest end before the
+/// window, carried from one window to the next), the host calls and ranges from the earliest
+/// gap's start, and the calls sharing a correlation id with the window's operations.
+pub struct GapWindows {
+    run: String,
+    /// Whole-run span of each device timeline, and per rank.
+    spans: HashMap<DeviceKey, (i64, i64)>,
+    gpu_spans: HashMap<Option<i32>, (i64, i64)>,
+    /// The ranks with host calls or ranges (rank-less ranges apply to each).
+    ranks: Vec<Option<i32>>,
+    /// Each device's latest end among the operations before `lo`.
+    carry: HashMap<DeviceKey, i64>,
+    lo: i64,
+    /// Whether overhead rows before `lo` are yet to be read (they are not in `carry`).
+    first: bool,
+}
+
+impl GapWindows {
+    /// Windows of `run` from `lo` on.
+    pub async fn start(ctx: &SessionContext, run: &str, lo: i64) -> Result<GapWindows> {
+        let (spans, carry) = device_spans(ctx, run, lo).await?;
+        let ranks_sql = format!(
+            "SELECT DISTINCT rank FROM runtime WHERE run = {run_sql} AND dur >= 0 UNION \
+             SELECT DISTINCT rank FROM events WHERE run = {run_sql} AND kind = 'annotation' AND dur > 0",
+            run_sql = super::literal(run)
+        );
+        let mut ranks: Vec<Option<i32>> = Vec::new();
+        for b in collect(ctx, &ranks_sql).await? {
+            ranks.extend(ints(&b, 0)?.into_iter().map(|r| r.map(|r| r as i32)));
         }
+        ranks.sort_unstable();
+        ranks.dedup();
+        let gpu_spans = rank_spans(spans.iter().map(|(k, v)| (k, *v)));
+        Ok(GapWindows {
+            run: run.to_string(),
+            spans,
+            gpu_spans,
+            ranks,
+            carry,
+            lo,
+            first: true,
+        })
     }
-    let cx = Context::new(host, names, ranges, &gpu_spans);
+
+    /// The gaps ended by an operation starting from the last window's end up to `hi`.
+    pub async fn next(
+        &mut self,
+        ctx: &SessionContext,
+        hi: i64,
+        min_gap_ns: i64,
+    ) -> Result<Vec<Gap>> {
+        let (run, lo) = (self.run.as_str(), self.lo);
+        let mut timelines = Timelines::load_rows(ctx, run, Rows::Starting(lo, hi)).await?;
+        // Overhead rows count as work; on the first window the earlier ones may end the last
+        // operation before `lo`.
+        let overhead = if self.first {
+            Rows::Before(hi)
+        } else {
+            Rows::Starting(lo, hi)
+        };
+        timelines
+            .add_overhead(ctx, run, overhead, &self.spans)
+            .await?;
+        timelines.sort();
+        // Where the earliest gap that ends in the window starts.
+        let mut host_lo = lo;
+        for (key, ops) in &timelines.devices {
+            let mut end = self.carry.get(key).copied();
+            for op in ops {
+                if op.start >= lo {
+                    if let Some(e) = end {
+                        host_lo = host_lo.min(e);
+                    }
+                    break;
+                }
+                end = Some(end.map_or(op.end, |e| e.max(op.end)));
+            }
+        }
+        let mut names = Names::default();
+        let window = Rows::Overlapping(host_lo, hi);
+        let mut host = Host::load_rows(ctx, run, &mut names, window).await?;
+        let ranges = ranges_rows(ctx, run, &mut names, window).await?;
+        // Launch calls outside what is loaded (work queued long before it ran), and the calls
+        // of other processes sharing a correlation id, so that each operation's launch is the
+        // one the whole run gives.
+        let mut wanted = std::collections::HashSet::new();
+        for (key, ops) in &timelines.devices {
+            for op in ops.iter().filter(|o| o.start >= lo) {
+                if let Some(c) = op.correlation {
+                    wanted.insert((key.rank, c));
+                }
+            }
+        }
+        host.add_launches(ctx, run, &mut names, &wanted, (host_lo, hi))
+            .await?;
+        let cx = Context::new(
+            &host,
+            &names,
+            &ranges,
+            &self.gpu_spans,
+            Some(self.ranks.clone()),
+        );
+        let gaps = sweep(&timelines, &cx, min_gap_ns, &mut self.carry, lo);
+        self.lo = hi;
+        self.first = false;
+        Ok(gaps)
+    }
+}
+
+/// The gaps of `timelines` ended by operations starting at or after `from`; `carry`: each
+/// device's latest end before its first operation here, updated to its latest end of all.
+fn sweep(
+    timelines: &Timelines,
+    cx: &Context,
+    min_gap_ns: i64,
+    carry: &mut HashMap<DeviceKey, i64>,
+    from: i64,
+) -> Vec<Gap> {
     let mut out = Vec::new();
     for (key, ops) in &timelines.devices {
-        let mut end = i64::MIN;
+        let mut end = carry.get(key).copied().unwrap_or(i64::MIN);
         for op in ops {
-            if end != i64::MIN && op.start > end && op.start - end > min_gap_ns {
-                let launch = host.launch(key, op.correlation);
+            if op.start >= from && end != i64::MIN && op.start > end && op.start - end > min_gap_ns
+            {
+                let launch = cx.host.launch(key, op.correlation);
                 let (cause, detail) = cx.cause(key, end, op.start, launch);
                 out.push(Gap {
                     key: key.clone(),
@@ -344,6 +505,9 @@ pub fn device_gaps(
                 });
             }
             end = end.max(op.end);
+        }
+        if end != i64::MIN {
+            carry.insert(key.clone(), end);
         }
     }
     out

@@ -194,6 +194,13 @@ impl Spec {
     }
 }
 
+impl Spec {
+    /// Whether the function takes a step range after its parameters.
+    pub fn takes_steps(&self) -> bool {
+        !WITHOUT_STEPS.contains(&self.name)
+    }
+}
+
 impl fmt::Debug for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Spec").field("name", &self.name).finish()

@@ -30,7 +30,7 @@
 //! SELECT step, fmt_dur(dur), idle_pct, top_kernel FROM step_stats('llama-bs8') WHERE vs_median > 1.2;
 //! ```
 
-use super::data::{ranges, steps, walls_with_stages, Names, OpClass, Scope, Timelines};
+use super::data::{ranges, steps, walls_with_stages, Names, OpClass, Rows, Scope, Timelines};
 use super::history::stats::median_ints as median;
 use super::intervals::{covered, intersect, length, union};
 use super::{batch, Call, Spec};
@@ -299,6 +299,28 @@ fn ratio(v: i64, median: Option<f64>) -> Option<f64> {
 }
 
 /// The step rows of `timelines` (restricted to `scope` by the caller) in `scope`.
+/// The GPU busy time (the union of the rank's GPU operations) within each of `steps`
+/// (`(rank, start, end)`): [`StepStat::gpu_busy`], reading only the operations overlapping
+/// them, so that a large run's steps can be measured a window at a time.
+pub async fn busy_within(
+    ctx: &SessionContext,
+    run: &str,
+    steps: &[(Option<i32>, i64, i64)],
+) -> Result<Vec<i64>> {
+    let (Some(lo), Some(hi)) = (
+        steps.iter().map(|s| s.1).min(),
+        steps.iter().map(|s| s.2).max(),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let timelines = Timelines::load_rows(ctx, run, Rows::Overlapping(lo, hi)).await?;
+    let (busy, _) = busy_by_rank(&timelines);
+    Ok(steps
+        .iter()
+        .map(|&(rank, s, e)| busy.get(&rank).map_or(0, |b| covered(b, s, e)))
+        .collect())
+}
+
 pub async fn load_step_stats(
     ctx: &SessionContext,
     run: &str,

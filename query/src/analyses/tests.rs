@@ -1015,3 +1015,120 @@ async fn roofline_says_why_it_is_empty() {
         "{notes:?}"
     );
 }
+
+/// A run's gaps as `gpu_gaps` lists them, and as [`GapWindows`] finds them a window at a
+/// time, over `parts` equal windows: the same rows. Returns how many.
+async fn gaps_whole_and_by_window(ctx: &SessionContext, run: &str, parts: i64) -> usize {
+    use super::gaps::{gaps_between, GapWindows};
+    let whole = text_rows(
+        ctx,
+        &format!(
+            "SELECT rank, pid, device, ts, dur, cause, detail, next_name FROM gpu_gaps('{run}', 0)"
+        ),
+    )
+    .await;
+    let mut whole: Vec<String> = whole.into_iter().map(|r| r.join("|")).collect();
+    whole.sort();
+    let span = int_rows(
+        ctx,
+        &format!("SELECT min(ts), max(ts) FROM gpu_ops WHERE run = '{run}' AND ts > 0"),
+    )
+    .await;
+    let (lo, hi) = (span[0][0].unwrap(), span[0][1].unwrap() + 1);
+    let step = ((hi - lo) / parts).max(1);
+    let mut got = Vec::new();
+    let mut a = lo;
+    // Window after window, as an export reads them; the first also alone.
+    let mut windows = GapWindows::start(ctx, run, lo).await.unwrap();
+    let first = gaps_between(ctx, run, lo, lo + step, 0).await.unwrap();
+    while a < hi {
+        let z = (a + step).min(hi);
+        let gaps = windows.next(ctx, z, 0).await.unwrap();
+        if a == lo {
+            assert_eq!(gaps, first);
+        }
+        for g in gaps {
+            let q = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
+            got.push(
+                [
+                    q(g.key.rank.map(i64::from)),
+                    q(g.key.pid),
+                    q(g.key.device.map(i64::from)),
+                    g.start.to_string(),
+                    g.dur.to_string(),
+                    g.cause.to_string(),
+                    g.detail.clone().unwrap_or_default(),
+                    g.next_name.clone(),
+                ]
+                .join("|"),
+            );
+        }
+        a = z;
+    }
+    got.sort();
+    let missing: Vec<&String> = whole.iter().filter(|w| !got.contains(w)).take(4).collect();
+    let extra: Vec<&String> = got.iter().filter(|g| !whole.contains(g)).take(4).collect();
+    assert!(
+        got == whole,
+        "{run} in {parts} windows: {} gaps, {} whole; missing {missing:?}; extra {extra:?}",
+        got.len(),
+        whole.len()
+    );
+    whole.len()
+}
+
+#[tokio::test]
+async fn gaps_read_a_window_at_a_time_are_the_whole_runs_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    // Nsight Systems: two processes, profiler overhead counted as work.
+    let n = dir.path().join("n.sqlite");
+    write_nsys(&NsysConfig::small(), &n).unwrap();
+    ingest(&store, &n, "n");
+    // Kineto: steps, syncs, data loading, launches queued ahead.
+    let k = dir.path().join("k.json");
+    write_kineto(&SynthConfig::demo(), std::fs::File::create(&k).unwrap()).unwrap();
+    ingest(&store, &k, "k");
+    let ctx = open_session(&store).await.unwrap();
+    for run in ["n", "k"] {
+        for parts in [1, 3, 17, 400] {
+            assert!(gaps_whole_and_by_window(&ctx, run, parts).await > 10);
+        }
+    }
+}
+
+#[tokio::test]
+async fn gaps_read_a_window_at_a_time_are_the_whole_runs_gaps_on_real_traces() {
+    let Some(nsys) = gpuq_testkit::shared_traces("nsys") else {
+        return;
+    };
+    let Some(kineto) = gpuq_testkit::shared_traces("kineto") else {
+        return;
+    };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&nsys)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .collect();
+    files.sort();
+    // Small Kineto traces of every shape: CUDA, ROCm, multi-stream event syncs.
+    for rel in [
+        "hta/critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz",
+        "hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "kineto_tb_plugin/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz",
+    ] {
+        files.push(kineto.join(rel));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    for (i, f) in files.iter().enumerate() {
+        ingest(&store, f, &format!("t{i}"));
+    }
+    let ctx = open_session(&store).await.unwrap();
+    for i in 0..files.len() {
+        for parts in [5, 61] {
+            gaps_whole_and_by_window(&ctx, &format!("t{i}"), parts).await;
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! run's data that [`super::load_in`] read once ([`RunData`]) and returns its finding when it
 //! fires. `load_in` calls them in the order of that table.
 
-use super::Finding;
+use super::{At, Finding};
 use crate::analyses::breakdown::Breakdown;
 use crate::analyses::data::{
     collect, ints, strings, DeviceKey, Host, Names, OpClass, Range, Scope, Timelines,
@@ -184,6 +184,11 @@ pub(super) fn idle_gaps(d: &RunData) -> Option<Finding> {
         ),
         action: gap_action(dominant).to_string(),
         impact_ns: idle,
+        at: Some(At {
+            rank: longest.key.rank,
+            ts: longest.start,
+            dur: longest.dur,
+        }),
     })
 }
 
@@ -204,6 +209,8 @@ pub(super) fn launch_bound(d: &RunData) -> Option<Finding> {
     }
     let (mut lb_time, mut lb_lost, mut lb_chunks, mut lb_kernels) = (0i64, 0i64, 0usize, 0usize);
     let (mut lb_gpu, mut lb_launch) = (Vec::new(), Vec::new());
+    // The stretch that lost the most GPU time.
+    let mut worst: Option<(i64, At)> = None;
     for c in utilisation(&plain, 30, None) {
         if c.in_use_pct >= 50.0 {
             continue;
@@ -218,7 +225,16 @@ pub(super) fn launch_bound(d: &RunData) -> Option<Finding> {
         if inside.len() >= 20 && short * 2 > inside.len() {
             lb_chunks += 1;
             lb_time += c.dur;
-            lb_lost += c.dur - (c.dur as f64 * c.in_use_pct / 100.0).round() as i64;
+            let lost = c.dur - (c.dur as f64 * c.in_use_pct / 100.0).round() as i64;
+            lb_lost += lost;
+            if worst.is_none_or(|w| lost > w.0) {
+                let at = At {
+                    rank: c.key.rank,
+                    ts: c.start,
+                    dur: c.dur,
+                };
+                worst = Some((lost, at));
+            }
             lb_kernels += inside.len();
             lb_gpu.extend(inside.iter().map(|k| k.1));
             lb_launch.extend(inside.iter().map(|k| k.2));
@@ -248,6 +264,7 @@ pub(super) fn launch_bound(d: &RunData) -> Option<Finding> {
                      kernels (torch.compile), batch more work per launch."
             .to_string(),
         impact_ns: lb_lost,
+        at: worst.map(|w| w.1),
     })
 }
 
@@ -403,6 +420,7 @@ pub(super) fn memcpy_wait(d: &RunData, c: &CopyCalls) -> Option<Finding> {
                      value is needed."
                 .to_string(),
             impact_ns: wait_t,
+            at: None,
         })
 }
 
@@ -444,6 +462,7 @@ pub(super) fn sync_memcpy(d: &RunData, c: &CopyCalls) -> Option<Finding> {
                      so the host keeps launching while the copy runs."
             .to_string(),
         impact_ns: sync_t,
+        at: None,
     })
 }
 
@@ -471,6 +490,7 @@ pub(super) fn pageable_memcpy(d: &RunData, c: &CopyCalls) -> Option<Finding> {
                      copies run asynchronously."
             .to_string(),
         impact_ns: page_t,
+        at: None,
     })
 }
 
@@ -478,6 +498,7 @@ pub(super) fn pageable_memcpy(d: &RunData, c: &CopyCalls) -> Option<Finding> {
 pub(super) fn sync_api(d: &RunData) -> Option<Finding> {
     let (host, names, scope, span) = (&d.host, &d.names, d.scope, d.span);
     let mut api_sync: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    let mut longest: Option<At> = None;
     for c in &host.calls {
         let n = names.get(c.name);
         if !is_sync_call(n) {
@@ -487,6 +508,16 @@ pub(super) fn sync_api(d: &RunData) -> Option<Finding> {
             let entry = api_sync.entry(n).or_default();
             entry.0 += 1;
             entry.1 += e - s;
+            // The longest; among equals the first rank's earliest (calls come in any order).
+            let key = |a: &At| (a.dur, std::cmp::Reverse((a.rank, a.ts)));
+            let this = At {
+                rank: c.rank,
+                ts: s,
+                dur: e - s,
+            };
+            if longest.is_none_or(|l| key(&this) > key(&l)) {
+                longest = Some(this);
+            }
         }
     }
     if !(!api_sync.is_empty()) {
@@ -518,6 +549,7 @@ pub(super) fn sync_api(d: &RunData) -> Option<Finding> {
                      syncs with events or stream waits."
             .to_string(),
         impact_ns: t,
+        at: longest,
     })
 }
 
@@ -559,6 +591,7 @@ pub(super) fn exposed_memcpy(d: &RunData, c: &CopyCalls) -> Option<Finding> {
         }
         .to_string(),
         impact_ns: exposed_copy,
+        at: None,
     })
 }
 
@@ -597,6 +630,7 @@ pub(super) fn exposed_comm(d: &RunData) -> Option<Finding> {
                      stragglers across ranks."
             .to_string(),
         impact_ns: exposed_comm,
+        at: None,
     })
 }
 
@@ -659,6 +693,7 @@ pub(super) fn dominant_class(classes: &KernelClasses) -> Option<Finding> {
         ),
         action: class_action(class).to_string(),
         impact_ns: t,
+        at: None,
     })
 }
 
@@ -738,6 +773,7 @@ fn roofline_finding(rows: &[RooflineRow], kernel_total: i64, span: i64) -> Optio
         ),
         action: action.to_string(),
         impact_ns: impact,
+        at: None,
     })
 }
 
@@ -753,6 +789,14 @@ pub(super) async fn slow_steps(d: &RunData<'_>) -> Result<Option<Finding>> {
         return Ok(None);
     }
     let extra: i64 = slow.iter().map(|s| s.excess()).sum();
+    let worst = slow
+        .iter()
+        .max_by_key(|s| (s.excess(), std::cmp::Reverse((s.rank, s.ts))))
+        .map(|s| At {
+            rank: s.rank,
+            ts: s.ts,
+            dur: s.dur,
+        });
     let list = slow
         .iter()
         .take(5)
@@ -786,5 +830,6 @@ pub(super) async fn slow_steps(d: &RunData<'_>) -> Result<Option<Finding>> {
                      with ts inside the step."
             .to_string(),
         impact_ns: extra,
+        at: worst,
     }))
 }

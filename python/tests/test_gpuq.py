@@ -1,0 +1,199 @@
+"""`import gpuq` against the CLI: the same store, the same SQL, the same numbers.
+
+A store is filled through Python (generated traces, and the real shared traces where
+../shared exists) and every check compares a Python result with `gpuq query --format csv`.
+The `gpuq` binary is $GPUQ_BIN, else target/release/gpuq under $CARGO_TARGET_DIR.
+"""
+
+import io
+import os
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import gpuq
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "traces"
+
+
+def gpuq_bin():
+    if os.environ.get("GPUQ_BIN"):
+        return os.environ["GPUQ_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR", str(REPO / "target"))
+    path = Path(target) / "release" / "gpuq"
+    if not path.exists():
+        pytest.skip(f"no gpuq binary at {path} (cargo build --release, or set GPUQ_BIN)")
+    return str(path)
+
+
+def cli(store, *args):
+    o = subprocess.run([gpuq_bin(), "--store", str(store), *args], capture_output=True, text=True)
+    assert o.returncode == 0, o.stderr
+    return o.stdout
+
+
+def cli_frame(store, sql):
+    return pd.read_csv(io.StringIO(cli(store, "query", "--format", "csv", sql)), keep_default_na=False, na_values=[""])
+
+
+def text(v):
+    """A value as the CLI's CSV writes it: NULL empty, booleans lower-case."""
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return ""
+    if isinstance(v, (bool, type(pd.NA))) or str(type(v)).endswith("bool_'>"):
+        return str(v).lower()
+    return str(v)
+
+
+def same_frame(got, want, what):
+    """Equal column names, row counts and values (numbers to 1e-9 relative, text exact)."""
+    got = got.reset_index(drop=True)
+    assert list(got.columns) == list(want.columns), what
+    assert len(got) == len(want), what
+    for c in want.columns:
+        g, w = got[c], want[c]
+        if pd.api.types.is_numeric_dtype(w) and not pd.api.types.is_bool_dtype(g):
+            g = pd.to_numeric(g.astype("object").where(g.notna(), None), errors="coerce").astype(float)
+            w = w.astype(float)
+            both_nan = g.isna() & w.isna()
+            close = (g - w).abs() <= 1e-9 * w.abs().clip(lower=1.0)
+            assert (both_nan | close).all(), f"{what}: column {c}\n{g[~(both_nan | close)].head()}\n{w[~(both_nan | close)].head()}"
+        else:
+            gs, ws = g.astype("object").map(text), w.astype("object").map(text)
+            assert (gs == ws).all(), f"{what}: column {c}\n{gs[gs != ws].head()}\n{ws[gs != ws].head()}"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpuq")
+    for rank in (0, 1):
+        subprocess.run([gpuq_bin(), "generate", str(d / f"r{rank}.json"), "--steps", "6", "--rank", str(rank)],
+                       check=True, capture_output=True)
+    s = gpuq.open(d / "store")
+    reports = s.ingest(d / "r0.json", d / "r1.json", run="gen", tags={"model": "demo", "bs": 8})
+    assert reports[0]["run"] == "gen" and reports[0]["files"] == 2 and reports[0]["kernels"] > 0
+    if SHARED.is_dir():
+        s.ingest(SHARED / "kineto/hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz", run="rocm")
+        s.ingest(SHARED / "nsys/nsysai_h100_2gpu_1s.sqlite", run="nsys")
+    elif os.environ.get("GPUQ_REQUIRE_TRACES") == "1":
+        pytest.fail(f"{SHARED} not found and GPUQ_REQUIRE_TRACES=1")
+    return s
+
+
+def runs(store):
+    return [r for r in ("gen", "rocm", "nsys") if r in set(store.runs().to_pandas()["run"])]
+
+
+def test_sql_results_are_the_clis(store):
+    for sql in [
+        "SELECT name, sum(dur) AS total, count(*) AS n FROM kernels WHERE run = 'gen' GROUP BY name ORDER BY total DESC, name",
+        "SELECT run, rank, step, ts, dur FROM steps ORDER BY run, rank, step",
+        "SELECT kind, count(*) AS n, min(ts) AS first FROM events GROUP BY kind ORDER BY kind",
+        "SELECT run, tags['model'] AS model FROM runs ORDER BY run",
+    ]:
+        same_frame(store.sql(sql).to_pandas(), cli_frame(store.path, sql), sql)
+
+
+def test_every_analysis_is_a_method_with_the_clis_rows(store):
+    names = [n for n, _ in gpuq._gpuq.analyses()]
+    assert {"top_kernels", "gpu_gaps", "breakdown", "findings", "step_stats"} <= set(names)
+    for run in runs(store):
+        for name in names:
+            got = getattr(store, name)(run).to_pandas()
+            want = cli_frame(store.path, f"SELECT * FROM {name}('{run}')")
+            same_frame(got, want, f"{name}({run})")
+    # Arguments by position and by name, as in SQL.
+    same_frame(store.top_kernels("gen", 3).to_pandas(), cli_frame(store.path, "SELECT * FROM top_kernels('gen', 3)"), "top 3")
+    same_frame(store.gpu_gaps("gen", min_gap_ns=20000).to_pandas(),
+               cli_frame(store.path, "SELECT * FROM gpu_gaps('gen', 20000)"), "gaps over 20 us")
+    same_frame(store.compare("gen", "gen").to_pandas(), cli_frame(store.path, "SELECT * FROM compare('gen', 'gen')"), "compare")
+
+
+def test_types_are_exact_nanoseconds_and_categoricals(store):
+    df = store.sql("SELECT ts, dur, name, kind FROM events WHERE run = 'gen' LIMIT 1000").to_pandas()
+    assert df["ts"].dtype == "int64" and df["dur"].dtype == "int64"
+    assert isinstance(df["name"].dtype, pd.CategoricalDtype)
+    assert isinstance(df["kind"].dtype, pd.CategoricalDtype)
+    first = cli(store.path, "query", "--format", "csv", "SELECT min(ts) FROM events WHERE run = 'gen'").splitlines()[1]
+    got = store.sql("SELECT min(ts) AS t FROM events WHERE run = 'gen'").to_arrow()
+    assert got.column("t")[0].as_py() == int(first)
+
+
+def test_any_arrow_consumer_reads_a_result(store):
+    r = store.sql("SELECT kind, count(*) AS n FROM events WHERE run = 'gen' GROUP BY kind ORDER BY kind")
+    table = pa.table(r)
+    assert table.column_names == ["kind", "n"]
+    pl = pytest.importorskip("polars")
+    frame = r.to_polars()
+    assert isinstance(frame, pl.DataFrame) and frame.shape == (table.num_rows, 2)
+    assert frame["n"].to_list() == table.column("n").to_pylist()
+    duckdb = pytest.importorskip("duckdb")
+    n = duckdb.sql("SELECT sum(n) FROM r").fetchall()[0][0]
+    assert n == sum(table.column("n").to_pylist())
+    # Jupyter shows the first rows as a table.
+    html = r._repr_html_()
+    assert html.startswith("<table>") and "<th>kind</th>" in html
+
+
+def test_a_large_result_streams_in_bounded_memory(store):
+    sql = "SELECT value AS a, value * 2 AS b, value * 3 AS c FROM range(10000000)"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows = 0
+    total = 0
+    for batch in store.sql(sql).to_reader():
+        rows += batch.num_rows
+        total += batch.column(0)[batch.num_rows - 1].as_py()
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert rows == 10_000_000
+    # 10 M rows of 3 int64 columns are 240 MB whole; streamed, the peak barely moves.
+    assert grew_mb < 80, f"peak RSS grew {grew_mb:.0f} MB"
+
+
+def test_errors_raise_with_gpuqs_message(store, tmp_path):
+    with pytest.raises(gpuq.GpuqError, match="nope"):
+        store.sql("SELECT nope FROM events")
+    with pytest.raises(gpuq.GpuqError, match="unknown run"):
+        store.top_kernels("no-such-run").to_arrow()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": ')
+    with pytest.raises(gpuq.GpuqError, match="bad.json"):
+        store.ingest(bad, run="bad")
+    assert "bad" not in set(store.runs().to_pandas()["run"])
+    with pytest.raises(gpuq.GpuqError, match="no argument"):
+        store.top_kernels("gen", bogus=1)
+
+
+def test_the_torch_handler_appends_each_cycle(tmp_path):
+    """torch.profiler's on_trace_ready, fed the generator's cycle files (a profile object that
+    writes them as torch's export_chrome_trace does)."""
+    class Cycle:
+        def __init__(self, first_step):
+            self.step_num = first_step + 2
+            self.first_step = first_step
+
+        def export_chrome_trace(self, path):
+            subprocess.run([gpuq_bin(), "generate", path, "--steps", "2", "--first-step", str(self.first_step)],
+                           check=True, capture_output=True)
+
+    s = gpuq.open(tmp_path / "store")
+    handler = gpuq.torch_handler(s, "job")
+    seen = []
+    for first in (0, 2, 4):
+        handler(Cycle(first))
+        seen.append(s.sql("SELECT count(DISTINCT step) AS n FROM steps WHERE run = 'job'").to_pandas()["n"][0])
+    assert seen == [2, 4, 6]
+    steps = s.sql("SELECT DISTINCT step FROM steps WHERE run = 'job' ORDER BY step").to_pandas()["step"].tolist()
+    assert steps == [0, 1, 2, 3, 4, 5]
+
+
+def test_the_default_store_is_the_clis(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUQ_STORE", str(tmp_path / "s"))
+    s = gpuq.open()
+    assert s.path == tmp_path / "s"
+    assert len(s.runs().to_pandas()) == 0
