@@ -176,6 +176,48 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// NVTX ranges, annotations and operators projected onto the GPU: the span and busy time of the work each launched
+    Projection {
+        /// Run name
+        run: String,
+        /// Only the range instances that start in these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        /// Show the N ranges with the longest projection
+        #[arg(short = 'n', long)]
+        limit: Option<usize>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// GPU kernel time per nn.Module path, forward, backward and recomputation apart (traces recorded with_stack=True)
+    Modules {
+        /// Run name
+        run: String,
+        /// Cut module paths to their first N modules (1: the model; 2: its children; ...)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        depth: Option<u32>,
+        /// Only the kernels launched in these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        /// Show the N modules with the most GPU time
+        #[arg(short = 'n', long)]
+        limit: Option<usize>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// GPU time per numeric precision (fp8, bf16, fp16, tf32, fp32, ...) and the kernels still in fp32 or fp64
+    Precision {
+        /// Run name
+        run: String,
+        /// Only the kernels that start in these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        /// Show the N fp32/fp64 kernels with the most GPU time
+        #[arg(short = 'n', long, default_value_t = 10)]
+        limit: usize,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
     /// Macro stages (stage logs, profiler steps, forward/backward/optimizer/dataloader) and per-step statistics
     Stages {
         /// Run name
@@ -701,6 +743,6 @@ pub struct ReportArgs {
     #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
     pub steps: Option<String>,
     /// Kernels listed
-    #[arg(short = 'n', long, default_value_t = 15)]
+    #[arg(short = 'n', long, default_value_t = gpuq_export::report::DEFAULT_TOP)]
     pub top: usize,
 }

@@ -181,6 +181,9 @@ fn analysis_commands_take_a_step_range() {
         "util",
         "breakdown",
         "roofline",
+        "projection",
+        "modules",
+        "precision",
         "stages",
         "findings",
     ] {
@@ -228,6 +231,112 @@ fn analysis_commands_take_a_step_range() {
     let o = gpuq(&store, &["findings", "r", "--steps", "5..3"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("is empty"), "{}", stderr(&o));
+}
+
+/// A store with run `r`: `gpuq generate`'s trace of `steps` profiler steps.
+fn generated_run(dir: &std::path::Path, steps: u32) -> std::path::PathBuf {
+    let store = dir.join("store");
+    let trace = dir.join("steps.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "generate",
+            trace.to_str().unwrap(),
+            "--steps",
+            &steps.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpuq(&store, &["ingest", trace.to_str().unwrap(), "--run", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    store
+}
+
+#[test]
+fn projection_gives_each_step_the_span_and_count_of_the_gpu_work_it_launched() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = generated_run(dir.path(), 5);
+    let o = gpuq(&store, &["projection", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        query_csv(&store, "SELECT * FROM gpu_projection('r')")
+    );
+    // Each ProfilerStep#N range launched exactly the GPU work the ingest attributed to step N:
+    // the same count and span, computed the other way (from each operation's step).
+    let got = query_csv(
+        &store,
+        "SELECT CAST(substr(name, 14) AS BIGINT) AS step, proj_time, gpu_ops, instances \
+         FROM gpu_projection('r') WHERE name LIKE 'ProfilerStep#%' ORDER BY step",
+    );
+    let want = query_csv(
+        &store,
+        "SELECT step, max(ts + dur) - min(ts) AS proj_time, count(*) AS gpu_ops, 1 AS instances \
+         FROM events WHERE run = 'r' AND kind IN ('kernel', 'memcpy', 'memset') \
+         AND correlation IS NOT NULL AND step IS NOT NULL GROUP BY step ORDER BY step",
+    );
+    assert_eq!(got, want);
+    assert_eq!(got.lines().count(), 6, "{got}");
+    let table = stdout(&gpuq(&store, &["projection", "r", "-n", "3"]));
+    assert!(
+        table.contains("proj_time") && table.contains("gpu_busy"),
+        "{table}"
+    );
+}
+
+#[test]
+fn modules_puts_each_kernel_under_the_module_or_backward_node_that_launched_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = generated_run(dir.path(), 3);
+    let o = gpuq(&store, &["modules", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("with_stack"), "{}", stderr(&o));
+    let got = stdout(&o);
+    assert_eq!(
+        got,
+        query_csv(&store, "SELECT * FROM module_breakdown('r')")
+    );
+    // The generator's model is one module (GPT_0) around the forward; its backward nodes
+    // carry no sequence number, so their kernels are (none)'s backward. The same sums by a
+    // join: kernels whose launch call lies in a range of that name on its thread.
+    let launched_in = |range: &str| {
+        format!(
+            "SELECT sum(k.dur) AS t, count(*) AS n FROM events k \
+             JOIN events l ON l.run = 'r' AND l.kind IN ('runtime', 'driver') \
+               AND l.correlation = k.correlation \
+             JOIN events m ON m.run = 'r' AND m.name LIKE '{range}' AND m.pid = l.pid \
+               AND m.tid = l.tid AND m.ts <= l.ts AND l.ts + l.dur <= m.ts + m.dur \
+             WHERE k.run = 'r' AND k.kind = 'kernel'"
+        )
+    };
+    let row = |sql: &str| query_csv(&store, sql).lines().nth(1).unwrap().to_string();
+    assert_eq!(
+        row(
+            "SELECT gpu_time, kernels FROM module_breakdown('r') WHERE module = 'GPT_0' \
+             AND pass = 'forward'"
+        ),
+        row(&launched_in("nn.Module: %"))
+    );
+    assert_eq!(
+        row("SELECT gpu_time, kernels FROM module_breakdown('r') WHERE pass = 'backward'"),
+        row(&launched_in("autograd::engine::evaluate_function: %"))
+    );
+    assert_eq!(
+        row("SELECT round(sum(share), 6), sum(gpu_time) FROM module_breakdown('r')"),
+        row("SELECT 100.0, sum(dur) FROM events WHERE run = 'r' AND kind = 'kernel'")
+    );
+    let o = gpuq(&store, &["modules", "r", "--depth", "0"]);
+    assert!(!o.status.success());
+    let o = gpuq(&store, &["query", "SELECT * FROM module_breakdown('r', 0)"]);
+    assert!(stderr(&o).contains("depth must be >= 1"), "{}", stderr(&o));
+
+    // Without module ranges (an Nsight Systems capture) the command says how to get them.
+    let nsys_dir = tempfile::tempdir().unwrap();
+    let nsys = store_with_nsys_run(nsys_dir.path());
+    let o = gpuq(&nsys, &["modules", "r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("with_stack=True"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(none)"), "{}", stdout(&o));
 }
 
 #[test]
@@ -366,5 +475,37 @@ fn unified_memory_migrations_are_not_advised_to_be_pinned() {
     assert_eq!(
         query_csv(&store, "SELECT run, copy_kind FROM memcpy ORDER BY run"),
         "run,copy_kind\nplain,HtoD\num,UM HtoD\n"
+    );
+}
+
+#[test]
+fn precision_gives_every_kernel_a_precision_and_the_time_per_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = generated_run(dir.path(), 3);
+    let o = gpuq(&store, &["precision", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        query_csv(&store, "SELECT * FROM precision('r')")
+    );
+    let row = |sql: &str| query_csv(&store, sql).lines().nth(1).unwrap().to_string();
+    // Every kernel once: the rows add up to the run's kernels and their time.
+    assert_eq!(
+        row("SELECT sum(kernels), sum(gpu_time), round(sum(share), 6) FROM precision('r')"),
+        row("SELECT count(*), sum(dur), 100.0 FROM events WHERE run = 'r' AND kind = 'kernel'")
+    );
+    // The generator's GEMMs say bf16 in their names; its all-reduce says f32.
+    assert_eq!(
+        row("SELECT count(*) FROM precision('r') WHERE name LIKE '%bf16%' AND dtype <> 'bf16'"),
+        "0"
+    );
+    assert_eq!(
+        row("SELECT dtype, source FROM precision('r') WHERE name LIKE 'ncclDevKernel_AllReduce_Sum_f32%'"),
+        "fp32,kernel"
+    );
+    let table = stdout(&gpuq(&store, &["precision", "r"]));
+    assert!(
+        table.contains("bf16") && table.contains("fp32_or_fp64_kernel"),
+        "{table}"
     );
 }

@@ -57,7 +57,17 @@ fn the_python_package_passes_its_tests() {
     .unwrap();
     std::fs::copy(&module, package.join("_gpuq.abi3.so")).unwrap();
     let o = Command::new("python3")
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+        // Short tracebacks: a long one repr()s each frame's arguments, and the repr of a
+        // Result runs its query (endless in the Ctrl-C test).
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "--tb=short",
+        ])
         .arg(repo_file("python/tests"))
         .env("PYTHONPATH", dir.path())
         .env("GPUQ_BIN", env!("CARGO_BIN_EXE_gpuq"))

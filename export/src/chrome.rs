@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 pub struct ChromeWriter<'a> {
-    out: io::BufWriter<&'a mut dyn Write>,
+    out: io::BufWriter<&'a mut (dyn Write + Send)>,
     base: i64,
     /// Thread ids given to tracks, per track.
     tracks: HashMap<Track, u64, ahash::RandomState>,
@@ -21,7 +21,7 @@ pub struct ChromeWriter<'a> {
 
 impl<'a> ChromeWriter<'a> {
     /// `base`: the time (ns) written as 0.
-    pub fn new(out: &'a mut dyn Write, base: i64) -> ChromeWriter<'a> {
+    pub fn new(out: &'a mut (dyn Write + Send), base: i64) -> ChromeWriter<'a> {
         ChromeWriter {
             out: io::BufWriter::with_capacity(1 << 20, out),
             base,

@@ -23,6 +23,9 @@ pub mod chrome;
 pub mod perfetto;
 mod protobuf;
 pub mod report;
+mod whole_file;
+
+pub use whole_file::WholeFile;
 
 use datafusion::arrow::array::{
     Array, ArrowPrimitiveType, AsArray, Int32Array, Int64Array, PrimitiveArray, RecordBatch,
@@ -246,7 +249,7 @@ pub async fn export(
     run: &str,
     window: &Window,
     format: Format,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> Result<Summary> {
     let (from_ns, to_ns) = resolve(ctx, run, window).await?;
     let mut out = Output {
@@ -456,9 +459,11 @@ pub async fn export(
         })
         .await?;
     }
+    // Ordered, so that each counter track gets the same uuid in every export of the run (the
+    // scan's batches of several ranks arrive in any order).
     let counters = format!(
         "SELECT rank, device, CAST(name AS VARCHAR) AS name, ts, value FROM counters \
-         WHERE run = {run_sql} AND {}",
+         WHERE run = {run_sql} AND {} ORDER BY rank, device, name, ts",
         within("ts", "0", "rank")
     );
     for_each_batch(ctx, &counters, |b| {
@@ -491,7 +496,7 @@ pub async fn export(
 
 /// The writer and what it was given.
 struct Output<'w> {
-    writer: Box<dyn Writer + 'w>,
+    writer: Box<dyn Writer + Send + 'w>,
     summary: Summary,
 }
 

@@ -46,7 +46,7 @@ const TRACE_PACKET: u32 = 1;
 const SEQUENCE: u64 = 1;
 
 pub struct PerfettoWriter<'a> {
-    out: io::BufWriter<&'a mut dyn Write>,
+    out: io::BufWriter<&'a mut (dyn Write + Send)>,
     tracks: HashMap<Track, u64, ahash::RandomState>,
     processes: HashMap<Option<i32>, u64>,
     names: HashMap<String, u64, ahash::RandomState>,
@@ -57,7 +57,7 @@ pub struct PerfettoWriter<'a> {
 }
 
 impl<'a> PerfettoWriter<'a> {
-    pub fn new(out: &'a mut dyn Write) -> PerfettoWriter<'a> {
+    pub fn new(out: &'a mut (dyn Write + Send)) -> PerfettoWriter<'a> {
         PerfettoWriter {
             out: io::BufWriter::with_capacity(1 << 20, out),
             tracks: HashMap::default(),

@@ -20,6 +20,9 @@ use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
 use datafusion::execution::context::SessionContext;
 use std::fmt::Write as _;
 
+/// Kernels a report lists unless told otherwise.
+pub const DEFAULT_TOP: usize = 15;
+
 /// What the report covers.
 #[derive(Debug, Clone, Default)]
 pub struct ReportOptions {

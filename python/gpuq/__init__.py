@@ -13,6 +13,7 @@ pandas, polars and DuckDB take it without a copy, a batch at a time. Errors rais
 :class:`GpuqError` with gpuq's message.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -38,6 +39,19 @@ def open(path=None):
     return Store(_gpuq.open(str(path)))
 
 
+@contextlib.contextmanager
+def _interruptible():
+    """Ctrl-C while pyarrow or polars read a result ends the stream with their own error;
+    raise it as KeyboardInterrupt, as Python code expects."""
+    _gpuq.take_interrupt()
+    try:
+        yield
+    except Exception as e:
+        if _gpuq.take_interrupt():
+            raise KeyboardInterrupt from e
+        raise
+
+
 class Result:
     """A query's rows, read when consumed (each consumption runs the query again)."""
 
@@ -59,7 +73,8 @@ class Result:
 
     def to_arrow(self):
         """A ``pyarrow.Table``."""
-        return self.to_reader().read_all()
+        with _interruptible():
+            return self.to_reader().read_all()
 
     def to_pandas(self):
         """A ``pandas.DataFrame``: nanoseconds as int64, dictionary columns as categoricals."""
@@ -69,7 +84,8 @@ class Result:
         """A ``polars.DataFrame``."""
         import polars as pl
 
-        return pl.DataFrame(self)
+        with _interruptible():
+            return pl.DataFrame(self)
 
     def _repr_html_(self):
         return self._inner.html(40)
@@ -109,6 +125,24 @@ class Store:
             replace=replace,
             rank=rank,
         )
+
+    def export(self, run, path, format="perfetto", steps=None, from_ns=None, to_ns=None,
+               ranks=None, min_dur=0, findings=True):
+        """Writes ``run`` as a timeline for Perfetto (``format="perfetto"``) or
+        chrome://tracing (``"chrome"``), as ``gpuq export`` does: ``steps`` as ``"3..5"``,
+        ``from_ns``/``to_ns`` after the run's start, ``ranks`` a list, ``min_dur`` in ns.
+        The file appears whole or not at all; returns what was written (a dict)."""
+        return self._inner.export(run, str(Path(os.path.expanduser(str(path)))), format=format,
+                                  steps=steps, from_ns=from_ns, to_ns=to_ns,
+                                  ranks=list(ranks) if ranks is not None else None,
+                                  min_dur=min_dur, findings=findings)
+
+    def report(self, run, path=None, baseline=None, steps=None, top=None):
+        """``gpuq report``'s HTML page of ``run`` (against ``baseline``): written at
+        ``path`` (returned), else returned as a string."""
+        if path is not None:
+            path = str(Path(os.path.expanduser(str(path))))
+        return self._inner.report(run, path, baseline=baseline, steps=steps, top=top)
 
     def call(self, name, *args):
         """``SELECT * FROM name(args...)``: any table function by name."""
@@ -172,6 +206,21 @@ def torch_handler(store, run, rank=None, tags=None):
             step = getattr(prof, "step_num", 0)
             path = os.path.join(d, f"cycle-{step}.pt.trace.json")
             prof.export_chrome_trace(path)
-            store.ingest(path, run=run, rank=rank, tags=tags)
+            store.ingest(path, run=run, rank=rank if rank is not None else distributed_rank(),
+                         tags=tags)
 
     return handler
+
+
+def distributed_rank():
+    """This process's rank in ``torch.distributed`` when a process group is up, else None
+    (the trace's own ``distributedInfo`` is used then)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        return None
+    return None

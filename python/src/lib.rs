@@ -11,13 +11,19 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use gpuq_engine::{RunId, Store as StoreDir};
+use gpuq_export::report::ReportOptions;
+use gpuq_export::{Format, WholeFile, Window};
 use gpuq_ingest::{IngestOptions, NoProgress};
 use gpuq_query::arrow_stream::{c_stream, BlockingReader};
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyList};
+use std::future::Future;
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 pyo3::create_exception!(
     _gpuq,
@@ -37,6 +43,42 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 
 fn error(e: impl std::fmt::Display) -> PyErr {
     GpuqError::new_err(e.to_string())
+}
+
+/// How often running work looks for Ctrl-C.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// Runs Python's signal handlers (on the main thread; elsewhere nothing is pending): the
+/// KeyboardInterrupt of a Ctrl-C comes back as the error.
+fn pending_signal() -> PyResult<()> {
+    Python::attach(|py| py.check_signals())
+}
+
+/// Runs `work` with the GIL released, looking for Ctrl-C meanwhile: an interrupt drops the
+/// work (DataFusion cancels its tasks) and raises KeyboardInterrupt.
+fn run_work<T: Send>(
+    py: Python<'_>,
+    work: impl Future<Output = PyResult<T>> + Send,
+) -> PyResult<T> {
+    py.detach(|| {
+        RUNTIME.block_on(async {
+            tokio::pin!(work);
+            loop {
+                tokio::select! {
+                    done = &mut work => break done,
+                    _ = tokio::time::sleep(SIGNAL_POLL) => pending_signal()?,
+                }
+            }
+        })
+    })
+}
+
+/// [`run_work`] of a DataFusion future.
+fn run<T: Send>(
+    py: Python<'_>,
+    work: impl Future<Output = datafusion::error::Result<T>> + Send,
+) -> PyResult<T> {
+    run_work(py, async { work.await.map_err(error) })
 }
 
 /// A store and a session over it.
@@ -83,6 +125,16 @@ fn literal(v: &Bound<'_, PyAny>) -> PyResult<String> {
     )))
 }
 
+/// Whether `run` is in the store, as an error naming the store when not.
+fn known_run(store: &StoreDir, run: &str) -> PyResult<()> {
+    let id = RunId::new(run).map_err(error)?;
+    if store.manifest().map_err(error)?.runs.contains_key(&id) {
+        Ok(())
+    } else {
+        Err(error(format!("no run {run} in {}", store.root().display())))
+    }
+}
+
 #[pymethods]
 impl Store {
     /// The store's directory.
@@ -94,7 +146,7 @@ impl Store {
     /// Plans `query` (errors now, with their position) and returns its result, read when
     /// consumed.
     fn sql(&self, py: Python<'_>, query: &str) -> PyResult<Result> {
-        let df = py.detach(|| RUNTIME.block_on(self.ctx.sql(query)).map_err(error))?;
+        let df = run(py, self.ctx.sql(query))?;
         Ok(Result { df })
     }
 
@@ -145,6 +197,108 @@ impl Store {
         }
         Ok(out)
     }
+
+    /// Writes `run` (or a window of it) as a Perfetto (`perfetto`) or Chrome JSON (`chrome`)
+    /// timeline at `path`, whole or not at all; returns what was written.
+    #[pyo3(signature = (run, path, format="perfetto", steps=None, from_ns=None, to_ns=None, ranks=None, min_dur=0, findings=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn export<'py>(
+        &self,
+        py: Python<'py>,
+        run: &str,
+        path: PathBuf,
+        format: &str,
+        steps: Option<String>,
+        from_ns: Option<i64>,
+        to_ns: Option<i64>,
+        ranks: Option<Vec<i32>>,
+        min_dur: i64,
+        findings: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let format = match format {
+            "perfetto" => Format::Perfetto,
+            "chrome" => Format::Chrome,
+            other => {
+                return Err(error(format!(
+                    "unknown format {other:?}: perfetto or chrome"
+                )))
+            }
+        };
+        known_run(&self.store, run)?;
+        let window = Window {
+            steps,
+            from: from_ns,
+            to: to_ns,
+            ranks: ranks.unwrap_or_default(),
+            min_dur,
+            skip_findings: !findings,
+        };
+        let mut out = WholeFile::create(&path).map_err(error)?;
+        let summary = run_work(py, async {
+            let summary = gpuq_export::export(&self.ctx, run, &window, format, &mut out.file)
+                .await
+                .map_err(error)?;
+            Ok(summary)
+        })?;
+        out.commit().map_err(error)?;
+        let d = PyDict::new(py);
+        d.set_item("path", path)?;
+        d.set_item("slices", summary.slices)?;
+        d.set_item("instants", summary.instants)?;
+        d.set_item("counters", summary.counters)?;
+        d.set_item("flows", summary.flows)?;
+        d.set_item("tracks", summary.tracks)?;
+        d.set_item("from_ns", summary.from_ns)?;
+        d.set_item("to_ns", summary.to_ns)?;
+        Ok(d)
+    }
+
+    /// The HTML report of `run` (against `baseline` when given): written at `path` (whole or
+    /// not at all) and its path returned, or returned as a string when `path` is None.
+    #[pyo3(signature = (run, path=None, baseline=None, steps=None, top=None))]
+    fn report(
+        &self,
+        py: Python<'_>,
+        run: &str,
+        path: Option<PathBuf>,
+        baseline: Option<String>,
+        steps: Option<String>,
+        top: Option<usize>,
+    ) -> PyResult<Py<PyAny>> {
+        for r in std::iter::once(run).chain(baseline.as_deref()) {
+            known_run(&self.store, r)?;
+        }
+        let opts = ReportOptions {
+            run: run.to_string(),
+            baseline,
+            steps,
+            top: top.unwrap_or(gpuq_export::report::DEFAULT_TOP),
+        };
+        let html = run_work(py, async {
+            gpuq_export::report::report(&self.ctx, &opts)
+                .await
+                .map_err(error)
+        })?;
+        match path {
+            None => Ok(html.into_pyobject(py)?.into_any().unbind()),
+            Some(path) => {
+                let mut out = WholeFile::create(&path).map_err(error)?;
+                out.file.write_all(html.as_bytes()).map_err(error)?;
+                out.commit().map_err(error)?;
+                Ok(path.into_pyobject(py)?.into_any().unbind())
+            }
+        }
+    }
+}
+
+/// Set when Ctrl-C ended a stream a consumer (pyarrow, polars, DuckDB) was reading: the
+/// consumer raises its own error, which `gpuq`'s wrappers turn back into KeyboardInterrupt.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether Ctrl-C ended a stream since the last call (and clears it).
+#[pyfunction]
+fn take_interrupt() -> bool {
+    INTERRUPTED.swap(false, Ordering::SeqCst)
 }
 
 /// The analyses as (name, parameters after the run), `steps` last where one is taken.
@@ -171,11 +325,7 @@ struct Result {
 impl Result {
     fn head(&self, py: Python<'_>, n: usize) -> PyResult<Vec<RecordBatch>> {
         let df = self.df.clone();
-        py.detach(|| {
-            RUNTIME
-                .block_on(async { df.limit(0, Some(n))?.collect().await })
-                .map_err(error)
-        })
+        run(py, async { df.limit(0, Some(n))?.collect().await })
     }
 }
 
@@ -191,8 +341,25 @@ impl Result {
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema;
         let df = self.df.clone();
-        let stream = py.detach(|| RUNTIME.block_on(df.execute_stream()).map_err(error))?;
-        let ffi = c_stream(BlockingReader::new(stream, RUNTIME.handle().clone()));
+        let stream = run(py, df.execute_stream())?;
+        // The consumer (pyarrow, polars, DuckDB) pulls batches from C: a Ctrl-C meanwhile
+        // ends the stream with an error and is raised again as KeyboardInterrupt once the
+        // consumer returns to Python.
+        let reader = BlockingReader::new(stream, RUNTIME.handle().clone()).interrupt_when(
+            || {
+                Python::attach(|py| {
+                    let e = py.check_signals().err()?;
+                    if e.is_instance_of::<PyKeyboardInterrupt>(py) {
+                        INTERRUPTED.store(true, Ordering::SeqCst);
+                        Some("query interrupted by Ctrl-C".to_string())
+                    } else {
+                        Some(format!("query interrupted: {e}"))
+                    }
+                })
+            },
+            SIGNAL_POLL,
+        );
+        let ffi = c_stream(reader);
         PyCapsule::new_with_value(py, ffi, c"arrow_array_stream")
     }
 
@@ -268,6 +435,7 @@ fn esc(s: &str) -> String {
 fn _gpuq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(analyses, m)?)?;
+    m.add_function(wrap_pyfunction!(take_interrupt, m)?)?;
     m.add_class::<Store>()?;
     m.add_class::<Result>()?;
     m.add("GpuqError", m.py().get_type::<GpuqError>())?;

@@ -197,3 +197,93 @@ def test_the_default_store_is_the_clis(monkeypatch, tmp_path):
     s = gpuq.open()
     assert s.path == tmp_path / "s"
     assert len(s.runs().to_pandas()) == 0
+
+
+# A query that would run for hours: Ctrl-C must stop it.
+ENDLESS = "SELECT sum(value % 7) AS s FROM range(0, 100000000000000)"
+
+
+@pytest.mark.parametrize("consume", ["to_arrow", "to_polars", "repr"])
+def test_ctrl_c_stops_a_running_query(store, consume):
+    import signal
+    import threading
+    import time
+
+    def read():
+        r = store.sql(ENDLESS)
+        if consume == "repr":
+            return repr(r)
+        return getattr(r, consume)()
+
+    timer = threading.Timer(0.4, lambda: os.kill(os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            read()
+            time.sleep(5)  # only reached when the query ignored the signal
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 4, "the interrupt was not seen while the query ran"
+    # The work stopped: the process burns (almost) no CPU once the interrupt is raised.
+    cpu = time.process_time()
+    time.sleep(0.6)
+    assert time.process_time() - cpu < 0.3, "the query kept running after the interrupt"
+
+
+def timeline(path):
+    """A Perfetto trace's events as sorted (timestamp, type, name or interned id) rows."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    t = Trace()
+    t.ParseFromString(path.read_bytes())
+    events = [p for p in t.packet if p.HasField("track_event")]
+    assert events, path
+    return sorted((p.timestamp, p.track_event.type, p.track_event.categories[:1] == ["kernel"])
+                  for p in events)
+
+
+def test_export_and_report_are_the_clis(store, tmp_path):
+    first = int(store.sql("SELECT min(step) AS s FROM steps WHERE run = 'gen'").to_pandas()["s"][0])
+    steps = f"{first + 1}..{first + 3}"
+    summary = store.export("gen", tmp_path / "py.pftrace", steps=steps)
+    cli(store.path, "export", "gen", "-o", str(tmp_path / "cli.pftrace"), "--steps", steps)
+    # Two ranks' rows reach the writer in the scan's order, which varies from run to run: the
+    # same events, not always the same bytes.
+    assert timeline(tmp_path / "py.pftrace") == timeline(tmp_path / "cli.pftrace")
+    assert summary["slices"] > 0 and summary["from_ns"] < summary["to_ns"]
+    chrome = store.export("gen", tmp_path / "py.json", format="chrome", ranks=[1], findings=False)
+    cli(store.path, "export", "gen", "-o", str(tmp_path / "cli.json"), "--format", "chrome",
+        "--ranks", "1", "--no-findings")
+    assert (tmp_path / "py.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
+    assert chrome["slices"] < summary["slices"] * 10
+    with pytest.raises(gpuq.GpuqError, match="unknown format"):
+        store.export("gen", tmp_path / "x", format="svg")
+    with pytest.raises(gpuq.GpuqError, match="no run nope"):
+        store.export("nope", tmp_path / "x")
+    assert not (tmp_path / "x").exists() and not (tmp_path / ".x.tmp").exists()
+
+    html = store.report("gen")
+    cli(store.path, "report", "gen", "-o", str(tmp_path / "cli.html"))
+    assert html == (tmp_path / "cli.html").read_text()
+    assert store.report("gen", tmp_path / "py.html") == tmp_path / "py.html"
+    assert (tmp_path / "py.html").read_text() == html
+
+
+def test_the_torch_handler_takes_the_rank_of_torch_distributed(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, get_rank=lambda: 3)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+
+    class Cycle:
+        step_num = 2
+
+        def export_chrome_trace(self, path):
+            subprocess.run([gpuq_bin(), "generate", path, "--steps", "2"], check=True, capture_output=True)
+
+    s = gpuq.open(tmp_path / "store")
+    gpuq.torch_handler(s, "job")(Cycle())
+    ranks = s.sql("SELECT DISTINCT rank FROM kernels WHERE run = 'job'").to_pandas()["rank"].tolist()
+    assert ranks == [3]

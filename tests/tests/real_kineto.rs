@@ -2,7 +2,7 @@
 //! kinds equal an independent computation from the raw JSON (serde_json, exact ns); and
 //! `breakdown` agrees with HTA's temporal breakdown (`tests/golden/hta_temporal_breakdown.csv`).
 
-use datafusion::arrow::array::AsArray;
+use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use gpuq_engine::{RunId, Store};
 use gpuq_ingest::{IngestOptions, NoProgress};
@@ -288,11 +288,7 @@ async fn roofline_matches_an_independent_attribution_on_real_h100_traces() {
     {
         let path = dir.join(name);
         let run = format!("roof{i}");
-        let opts = IngestOptions {
-            run: Some(RunId::new(&run).unwrap()),
-            ..Default::default()
-        };
-        gpuq_ingest::ingest(&store, std::slice::from_ref(&path), &opts, &NoProgress).unwrap();
+        ingest_as(&store, &path, &run);
         let want = independent_gemm_attribution(&path);
         assert!(want.len() >= 2, "{name}: {want:?}");
         let sql = format!(
@@ -495,5 +491,346 @@ async fn a_real_trace_as_a_bare_array_stores_the_same_rows() {
     assert!(
         object == array,
         "the bare array's rows differ from the trace's"
+    );
+}
+
+#[tokio::test]
+async fn module_breakdown_matches_an_independent_attribution_on_real_traces() {
+    let Some(dir) = gpuq_testkit::shared_traces("kineto/tracelens") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    // An inference forward (H100), an eager B200 run, and a training step with activation
+    // checkpointing (MI300X): forward, backward and recompute.
+    let names = [
+        "h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "b200__eager_trace.json.gz",
+        "mi300__resnet_act_checkpoint.json.gz",
+    ];
+    let mut passes = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        let path = dir.join(name);
+        let run = format!("mod{i}");
+        ingest_as(&store, &path, &run);
+        let want = independent_module_attribution(&path);
+        let sql =
+            format!("SELECT module, pass, gpu_time, kernels, share FROM module_breakdown('{run}')");
+        let b = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        let mut got = BTreeMap::new();
+        let mut share = 0.0;
+        for b in &b {
+            let text =
+                |c: usize| datafusion::arrow::compute::cast(b.column(c), &DataType::Utf8).unwrap();
+            let (module, pass) = (text(0), text(1));
+            let (module, pass) = (module.as_string::<i32>(), pass.as_string::<i32>());
+            let time = b.column(2).as_primitive::<Int64Type>();
+            let count = b.column(3).as_primitive::<Int64Type>();
+            let shares = b
+                .column(4)
+                .as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+            for r in 0..b.num_rows() {
+                share += shares.value(r);
+                let key = (module.value(r).to_string(), pass.value(r).to_string());
+                got.insert(key, (time.value(r), count.value(r)));
+            }
+        }
+        assert!(
+            (share - 100.0).abs() < 1e-6,
+            "{name}: shares add up to {share}"
+        );
+        assert_eq!(got, want, "{name}");
+        for ((module, pass), (time, _)) in got {
+            if module != "(none)" {
+                *passes.entry(pass).or_insert(0) += time;
+            }
+        }
+    }
+    // Every pass was seen with a module on some trace, so each rule above was exercised.
+    for pass in ["forward", "backward", "recompute"] {
+        assert!(
+            passes.get(pass).is_some_and(|&t| t > 0),
+            "{pass}: {passes:?}"
+        );
+    }
+}
+
+/// Ingests one trace as run `run`.
+fn ingest_as(store: &Store, path: &Path, run: &str) {
+    let opts = IngestOptions {
+        run: Some(RunId::new(run).unwrap()),
+        ..Default::default()
+    };
+    gpuq_ingest::ingest(
+        store,
+        std::slice::from_ref(&path.to_path_buf()),
+        &opts,
+        &NoProgress,
+    )
+    .unwrap();
+}
+
+/// Per (module path, pass): (kernel ns, kernels), from the raw JSON with serde_json, by brute
+/// force: every module range and backward node is tested against every launch.
+fn independent_module_attribution(path: &Path) -> BTreeMap<(String, String), (i64, i64)> {
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut text)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+    type Span = (i64, i64);
+    let within = |outer: Span, inner: Span| outer.0 <= inner.0 && inner.1 <= outer.1;
+    let mut modules: BTreeMap<(i64, i64), Vec<(Span, String)>> = BTreeMap::new();
+    let mut nodes: BTreeMap<(i64, i64), Vec<(Span, Option<i64>)>> = BTreeMap::new();
+    let mut ops: Vec<((i64, i64), Span, i64)> = Vec::new(); // thread, span, sequence number
+    let mut launches: Vec<((i64, i64), Span, i64)> = Vec::new();
+    let mut kernels: BTreeMap<i64, Vec<(String, i64)>> = BTreeMap::new();
+    let mut loose: Vec<(String, i64)> = Vec::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        if e["ph"] != "X" {
+            continue;
+        }
+        let thread = (
+            e["pid"].as_i64().unwrap_or(-1),
+            e["tid"].as_i64().unwrap_or(-1),
+        );
+        let name = e["name"].as_str().unwrap_or("");
+        let start = ns(&e["ts"]);
+        let span = (start, start + ns(&e["dur"]));
+        let seq = e["args"]["Sequence number"].as_i64();
+        match e["cat"].as_str().unwrap_or("") {
+            "python_function" => {
+                if let Some(m) = name.strip_prefix("nn.Module: ") {
+                    modules
+                        .entry(thread)
+                        .or_default()
+                        .push((span, m.to_string()));
+                }
+            }
+            "cpu_op" if name.starts_with("autograd::engine::evaluate_function: ") => {
+                nodes.entry(thread).or_default().push((span, seq));
+            }
+            "cpu_op" => {
+                if let Some(s) = seq {
+                    ops.push((thread, span, s));
+                }
+            }
+            "cuda_runtime" | "cuda_driver" => {
+                if let Some(c) = e["args"]["correlation"].as_i64() {
+                    launches.push((thread, span, c));
+                }
+            }
+            "kernel" => {
+                let k = (name.to_string(), ns(&e["dur"]));
+                match e["args"]["correlation"].as_i64() {
+                    Some(c) => kernels.entry(c).or_default().push(k),
+                    None => loose.push(k),
+                }
+            }
+            _ => {}
+        }
+    }
+    // The modules of `thread` holding `span` (and held by `inside`), outermost first.
+    let path_of = |thread: (i64, i64), span: Span, inside: Option<Span>| -> Vec<(Span, String)> {
+        let mut p: Vec<(Span, String)> = modules
+            .get(&thread)
+            .into_iter()
+            .flatten()
+            .filter(|(m, _)| within(*m, span) && inside.is_none_or(|b| within(b, *m)))
+            .cloned()
+            .collect();
+        p.sort_by_key(|(m, _)| (m.0, std::cmp::Reverse(m.1)));
+        p
+    };
+    let node_of = |thread: (i64, i64), span: Span| {
+        nodes
+            .get(&thread)
+            .into_iter()
+            .flatten()
+            .filter(|(n, _)| within(*n, span))
+            .max_by_key(|(n, _)| (n.0, std::cmp::Reverse(n.1)))
+            .copied()
+    };
+    let join = |p: &[(Span, String)]| {
+        p.iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    // (pid, sequence number) -> the first forward operator's path.
+    let mut forward: BTreeMap<(i64, i64), (i64, String)> = BTreeMap::new();
+    for (thread, span, seq) in &ops {
+        if node_of(*thread, *span).is_some() {
+            continue;
+        }
+        let p = join(&path_of(*thread, *span, None));
+        let slot = forward
+            .entry((thread.0, *seq))
+            .or_insert((span.0, p.clone()));
+        if span.0 < slot.0 {
+            *slot = (span.0, p);
+        }
+    }
+    let mut out: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+    let mut add = |module: String, pass: &str, k: &(String, i64)| {
+        let module = if module.is_empty() {
+            "(none)".to_string()
+        } else {
+            module
+        };
+        let o = out.entry((module, pass.to_string())).or_default();
+        o.0 += k.1;
+        o.1 += 1;
+    };
+    for (thread, span, c) in &launches {
+        let Some(ks) = kernels.remove(c) else {
+            continue;
+        };
+        let (module, pass) = match node_of(*thread, *span) {
+            Some((node, seq)) => {
+                let base = seq
+                    .and_then(|s| forward.get(&(thread.0, s)))
+                    .map(|f| f.1.clone())
+                    .unwrap_or_default();
+                let again = join(&path_of(*thread, *span, Some(node)));
+                match (again.is_empty(), base.is_empty()) {
+                    (true, _) => (base, "backward"),
+                    (false, true) => (again, "recompute"),
+                    (false, false) => (format!("{base}/{again}"), "recompute"),
+                }
+            }
+            None => {
+                let p = join(&path_of(*thread, *span, None));
+                let pass = if p.is_empty() { "other" } else { "forward" };
+                (p, pass)
+            }
+        };
+        for k in &ks {
+            add(module.clone(), pass, k);
+        }
+    }
+    for k in kernels.values().flatten().chain(&loose) {
+        add(String::new(), "other", k);
+    }
+    out
+}
+
+/// `precision` on real traces: every kernel counted once, and each kernel whose name says no
+/// precision takes that of the innermost operator with floating-point inputs around its launch
+/// call, as a brute-force attribution from the raw JSON finds it.
+#[tokio::test]
+async fn precision_matches_an_independent_attribution_on_real_traces() {
+    use gpuq_query::analyses::precision::{precision_of_inputs, precision_of_kernel};
+    let Some(dir) = gpuq_testkit::shared_traces("kineto") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let mut by_operator = 0;
+    for (i, name) in [
+        "tracelens/h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "tracelens/b200__eager_trace.json.gz",
+        "hta/trace_diff__test__test.json.gz",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let path = dir.join(name);
+        let run = format!("prec{i}");
+        ingest_as(&store, &path, &run);
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).unwrap())
+            .read_to_end(&mut text)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+        let mut ops: Vec<((i64, i64), i64, i64, String)> = Vec::new();
+        let mut launches: BTreeMap<i64, ((i64, i64), i64, i64)> = BTreeMap::new();
+        let mut kernels: Vec<(String, i64, Option<i64>)> = Vec::new();
+        for e in v["traceEvents"].as_array().unwrap() {
+            let thread = (
+                e["pid"].as_i64().unwrap_or(-1),
+                e["tid"].as_i64().unwrap_or(-1),
+            );
+            let start = e["ts"].as_f64().map(|_| ns(&e["ts"])).unwrap_or(0);
+            let end = start + e["dur"].as_f64().map(|_| ns(&e["dur"])).unwrap_or(0);
+            match e["cat"].as_str().unwrap_or("") {
+                "cpu_op" => {
+                    if let Some(p) = precision_of_inputs(&e["args"].to_string()) {
+                        ops.push((thread, start, end, p.name().to_string()));
+                    }
+                }
+                "cuda_runtime" | "cuda_driver" => {
+                    if let Some(c) = e["args"]["correlation"].as_i64() {
+                        launches.insert(c, (thread, start, end));
+                    }
+                }
+                "kernel" => kernels.push((
+                    e["name"].as_str().unwrap_or("").to_string(),
+                    end - start,
+                    e["args"]["correlation"].as_i64(),
+                )),
+                _ => {}
+            }
+        }
+        // (kernel name, dtype) -> (kernels, time), for kernels whose name says nothing.
+        let mut want: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+        for (kname, dur, corr) in &kernels {
+            if precision_of_kernel(kname).is_some() {
+                continue;
+            }
+            let held = corr.and_then(|c| launches.get(&c)).and_then(|(t, s, e)| {
+                ops.iter()
+                    .filter(|o| o.0 == *t && o.1 <= *s && *e <= o.2)
+                    .max_by_key(|o| (o.1, std::cmp::Reverse(o.2)))
+            });
+            let dtype = held.map_or("NULL".to_string(), |o| o.3.clone());
+            let w = want.entry((kname.clone(), dtype)).or_default();
+            w.0 += 1;
+            w.1 += dur;
+        }
+        let sql = format!(
+            "SELECT name, coalesce(dtype, 'NULL'), kernels, gpu_time, source FROM precision('{run}')"
+        );
+        let b = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        let mut got = BTreeMap::new();
+        let (mut count, mut time) = (0, 0);
+        for b in &b {
+            let text =
+                |c: usize| datafusion::arrow::compute::cast(b.column(c), &DataType::Utf8).unwrap();
+            let (n, d, s) = (text(0), text(1), text(4));
+            let (n, d, s) = (
+                n.as_string::<i32>(),
+                d.as_string::<i32>(),
+                s.as_string::<i32>(),
+            );
+            let k = b.column(2).as_primitive::<Int64Type>();
+            let t = b.column(3).as_primitive::<Int64Type>();
+            for r in 0..b.num_rows() {
+                count += k.value(r);
+                time += t.value(r);
+                if s.is_null(r) || s.value(r) == "operator" {
+                    if !s.is_null(r) {
+                        by_operator += k.value(r);
+                    }
+                    let key = (n.value(r).to_string(), d.value(r).to_string());
+                    got.insert(key, (k.value(r), t.value(r)));
+                }
+            }
+        }
+        assert_eq!(count, kernels.len() as i64, "{name}: kernels");
+        assert_eq!(
+            time,
+            kernels.iter().map(|k| k.1).sum::<i64>(),
+            "{name}: time"
+        );
+        assert_eq!(got, want, "{name}");
+    }
+    assert!(
+        by_operator > 100,
+        "{by_operator} kernels placed by their operator"
     );
 }

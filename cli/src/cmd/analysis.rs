@@ -1,5 +1,5 @@
-//! The analysis commands (`gpuq top`, `gaps`, `util`, `breakdown`, `roofline`, `stages`,
-//! `findings`): each prints its table function's rows, through the SQL that formats them
+//! The analysis commands (`gpuq top`, `gaps`, `util`, `breakdown`, `roofline`, `projection`,
+//! `stages`, `findings`): each prints its table function's rows, through the SQL that formats them
 //! for people when the output is a table.
 
 use crate::args::OutputFormat;
@@ -113,6 +113,111 @@ pub(super) async fn roofline(
     let ctx = session_with_run(store_path, run).await?;
     let failed = run_sql_text(&ctx, &sql, format, &mut std::io::stdout()).await;
     roofline_notes(&ctx, run, steps).await?;
+    Ok(exit_code(failed))
+}
+
+/// `gpuq projection`: host ranges projected onto the GPU, longest projection first.
+pub(super) async fn projection(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    limit: Option<usize>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("gpu_projection", run, &[], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT name, kind, instances, fmt_dur(proj_time) AS proj_time, \
+             fmt_dur(gpu_busy) AS gpu_busy, fmt_dur(range_time) AS host_time, \
+             fmt_dur(proj_avg) AS proj_avg, fmt_dur(proj_max) AS proj_max, gpu_ops, \
+             round(avg_level, 1) AS level FROM ({sql})"
+        )
+    } else {
+        sql
+    };
+    let sql = match limit {
+        Some(n) => format!("SELECT * FROM ({sql}) LIMIT {n}"),
+        None => sql,
+    };
+    analysis(store_path, run, &sql, format).await
+}
+
+/// `gpuq modules`: GPU time per module path, with a note when the run has no module ranges.
+pub(super) async fn modules(
+    store_path: &Path,
+    run: &str,
+    depth: Option<u32>,
+    steps: Option<&str>,
+    limit: Option<usize>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let depth = depth.map(i64::from);
+    let sql = analyses::select_sql_in("module_breakdown", run, &[depth], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT module, pass, fmt_dur(gpu_time) AS gpu_time, kernels, round(share, 1) AS \
+             share_pct, short_name(top_kernel) AS top_kernel, fmt_dur(top_kernel_time) AS \
+             top_kernel_time FROM ({sql})"
+        )
+    } else {
+        sql
+    };
+    let sql = match limit {
+        Some(n) => format!("SELECT * FROM ({sql}) LIMIT {n}"),
+        None => sql,
+    };
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, &sql, format, &mut std::io::stdout()).await;
+    if analyses::module::module_ranges(&ctx, run).await? == 0 {
+        eprintln!(
+            "note: run {run} has no nn.Module ranges, so every kernel is under (none): record \
+             with torch.profiler.profile(with_stack=True) to have PyTorch write them"
+        );
+    }
+    Ok(exit_code(failed))
+}
+
+/// `gpuq precision`: GPU time per precision, then the kernels still in fp32 or fp64; rows of
+/// `precision(run)` for machines.
+pub(super) async fn precision(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    limit: usize,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("precision", run, &[], steps);
+    if format != OutputFormat::Table {
+        return analysis(store_path, run, &sql, format).await;
+    }
+    let tables = format!(
+        "SELECT dtype, fmt_dur(t) AS gpu_time, round(s, 1) AS share_pct, k AS kernels FROM \
+         (SELECT coalesce(dtype, 'unknown') AS dtype, sum(gpu_time) AS t, sum(share) AS s, \
+         sum(kernels) AS k FROM ({sql}) GROUP BY 1) ORDER BY t DESC; \
+         SELECT short_name(name) AS fp32_or_fp64_kernel, class, dtype, source, op, \
+         fmt_dur(gpu_time) AS gpu_time, round(share, 1) AS share_pct, kernels FROM ({sql}) \
+         WHERE dtype IN ('fp32', 'fp64') LIMIT {limit}"
+    );
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, &tables, format, &mut std::io::stdout()).await;
+    let unknown = format!("SELECT coalesce(sum(share), 0) FROM ({sql}) WHERE dtype IS NULL");
+    let batches = ctx.sql(&unknown).await?.collect().await?;
+    let share = batches
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                .map(|a| a.value(0))
+        })
+        .unwrap_or(0.0);
+    if share >= 1.0 {
+        eprintln!(
+            "note: {share:.1}% of the kernel time has no known precision: neither the kernel's \
+             name nor its operator says it (PyTorch records operators' input types with \
+             torch.profiler.profile(record_shapes=True))"
+        );
+    }
     Ok(exit_code(failed))
 }
 

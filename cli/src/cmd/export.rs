@@ -2,9 +2,9 @@
 //! ([`gpuq_export`]). The file appears whole or not at all (written beside it, then renamed).
 
 use crate::args::{ExportArgs, ExportFormat};
-use crate::exec::{open_session, WholeFile};
+use crate::exec::open_session;
 use gpuq_engine::RunId;
-use gpuq_export::{Format, Window};
+use gpuq_export::{Format, WholeFile, Window};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -29,7 +29,8 @@ pub(super) async fn run(store_path: &Path, args: ExportArgs) -> anyhow::Result<E
     };
     let to_stdout = args.output.as_os_str() == "-";
     let summary = if to_stdout {
-        let mut out = std::io::stdout().lock();
+        // Stdout itself, not its lock: the export is a future that may move between threads.
+        let mut out = std::io::stdout();
         let s = gpuq_export::export(&ctx, run.as_str(), &window, format, &mut out).await?;
         out.flush()?;
         s

@@ -115,6 +115,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Roofline { run, steps, format } => {
             analysis::roofline(store_path, &run, steps.as_deref(), format).await
         }
+        Command::Projection {
+            run,
+            steps,
+            limit,
+            format,
+        } => analysis::projection(store_path, &run, steps.as_deref(), limit, format).await,
+        Command::Modules {
+            run,
+            depth,
+            steps,
+            limit,
+            format,
+        } => analysis::modules(store_path, &run, depth, steps.as_deref(), limit, format).await,
+        Command::Precision {
+            run,
+            steps,
+            limit,
+            format,
+        } => analysis::precision(store_path, &run, steps.as_deref(), limit, format).await,
         Command::Stages { run, steps, format } => {
             analysis::stages(store_path, &run, steps.as_deref(), format).await
         }

@@ -2,9 +2,10 @@
 //! ([`gpuq_export::report`]). The file appears whole or not at all.
 
 use crate::args::ReportArgs;
-use crate::exec::{open_session, WholeFile};
+use crate::exec::open_session;
 use gpuq_engine::RunId;
 use gpuq_export::report::ReportOptions;
+use gpuq_export::WholeFile;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;

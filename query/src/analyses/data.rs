@@ -354,6 +354,8 @@ pub struct Host {
     pub calls: Vec<HostCall>,
     /// (rank, correlation) -> indexes into `calls`.
     by_correlation: HashMap<(Option<i32>, i64), Vec<u32>>,
+    /// The (rank, pid) of every call: processes that launch, as opposed to Kineto's GPU pids.
+    launching: std::collections::HashSet<(Option<i32>, Option<i64>)>,
 }
 
 impl Host {
@@ -456,6 +458,7 @@ impl Host {
 
     /// Adds a call with its correlation id.
     pub fn push(&mut self, call: HostCall, correlation: Option<i64>) {
+        self.launching.insert((call.rank, call.pid));
         if let Some(c) = correlation {
             let idx = self.calls.len() as u32;
             self.by_correlation
@@ -468,14 +471,25 @@ impl Host {
 
     /// The call that launched a GPU operation of `key` with `correlation`: correlation ids
     /// are per process in multi-process captures, so a call of the same process wins; a
-    /// unique call of another pid is taken as is (Kineto gives GPU rows the device as pid).
+    /// unique call of another pid is taken when the operation's pid launches nothing itself
+    /// (Kineto gives GPU rows the device as pid). A process whose own call is missing (a
+    /// capture cut short) does not borrow another process's call with the same id.
     pub fn launch(&self, key: &DeviceKey, correlation: Option<i64>) -> Option<&HostCall> {
+        self.launch_index(key, correlation).map(|i| &self.calls[i])
+    }
+
+    /// [`Self::launch`]'s index into `calls`.
+    pub fn launch_index(&self, key: &DeviceKey, correlation: Option<i64>) -> Option<usize> {
         let found = self.by_correlation.get(&(key.rank, correlation?))?;
-        let calls = found.iter().map(|&i| &self.calls[i as usize]);
-        if found.len() == 1 {
-            return calls.into_iter().next();
+        if let [only] = found.as_slice() {
+            let call = &self.calls[*only as usize];
+            let foreign = call.pid != key.pid && self.launching.contains(&(key.rank, key.pid));
+            return (!foreign).then_some(*only as usize);
         }
-        calls.into_iter().find(|c| c.pid == key.pid)
+        found
+            .iter()
+            .map(|&i| i as usize)
+            .find(|&i| self.calls[i].pid == key.pid)
     }
 }
 
@@ -740,4 +754,90 @@ fn step_list(sorted: &[i64]) -> String {
         i = j + 1;
     }
     parts.join(", ")
+}
+
+/// A host thread: (rank, pid, tid).
+pub type Thread = (Option<i32>, Option<i64>, Option<i64>);
+
+/// One GPU operation: its span and interned name.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuOp {
+    pub start: i64,
+    pub end: i64,
+    pub name: u32,
+}
+
+/// A launch call and the GPU operations it launched.
+#[derive(Debug, Clone)]
+pub struct LaunchedCall {
+    pub start: i64,
+    pub end: i64,
+    pub ops: Vec<GpuOp>,
+}
+
+/// GPU operations under the calls that launched them.
+#[derive(Debug, Default)]
+pub struct Launches {
+    pub by_thread: HashMap<Thread, Vec<LaunchedCall>>,
+    /// Operations whose call is not in the trace, with their rank.
+    pub unlaunched: Vec<(Option<i32>, GpuOp)>,
+}
+
+/// The GPU operations of `kinds` in `run` under the launch calls that made them, by host
+/// thread. A call is matched to its operations as [`Host::launch`] does (correlation ids are
+/// per process).
+pub async fn launches_by_thread(
+    ctx: &SessionContext,
+    run: &str,
+    names: &mut Names,
+    kinds: &[&str],
+) -> Result<Launches> {
+    let host = Host::load(ctx, run, names).await?;
+    let mut ops_of: HashMap<usize, Vec<GpuOp>> = HashMap::new();
+    let mut out = Launches::default();
+    let sql = format!(
+        "SELECT rank, pid, device, correlation, ts, ts + dur, name FROM events \
+         WHERE run = {} AND kind IN ({})",
+        literal(run),
+        kinds
+            .iter()
+            .map(|k| literal(k))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for b in collect(ctx, &sql).await? {
+        let (rank, pid, device, corr) = (ints(&b, 0)?, ints(&b, 1)?, ints(&b, 2)?, ints(&b, 3)?);
+        let (ts, end, name) = (ints(&b, 4)?, ints(&b, 5)?, strings(&b, 6)?);
+        for i in 0..b.num_rows() {
+            let (Some(start), Some(end)) = (ts[i], end[i]) else {
+                continue;
+            };
+            let key = DeviceKey {
+                rank: rank[i].map(|r| r as i32),
+                pid: pid[i],
+                device: device[i].map(|d| d as i32),
+            };
+            let op = GpuOp {
+                start,
+                end,
+                name: names.id(name[i].as_deref().unwrap_or("")),
+            };
+            match host.launch_index(&key, corr[i]) {
+                Some(call) => ops_of.entry(call).or_default().push(op),
+                None => out.unlaunched.push((key.rank, op)),
+            }
+        }
+    }
+    for (i, ops) in ops_of {
+        let c = &host.calls[i];
+        out.by_thread
+            .entry((c.rank, c.pid, c.tid))
+            .or_default()
+            .push(LaunchedCall {
+                start: c.start,
+                end: c.end,
+                ops,
+            });
+    }
+    Ok(out)
 }

@@ -17,6 +17,9 @@
 //! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`history::trend`] |
 //! | `repeatability(selector [, n])` | per kernel over repeated runs | [`history::repeatability`] |
 //! | `collective_skew(run)` | per collective kernel name | [`skew`] |
+//! | `gpu_projection(run)` | per host range name | [`projection`] (nsys `nvtx_gpu_proj_sum`, with GPU busy time) |
+//! | `module_breakdown(run [, depth])` | per `nn.Module` path and pass | [`module`] |
+//! | `precision(run)` | per kernel name and precision | [`precision`] (fp8 ... fp64, from kernel names and operator inputs) |
 //!
 //! Every analysis but `collective_skew` takes a step range as an optional trailing string
 //! argument (`top_kernels('r', 10, '3..5')`, `breakdown('r', '4')`; see [`StepRange`] and
@@ -35,6 +38,9 @@ pub mod gpu_util;
 pub mod history;
 pub(crate) mod intervals;
 pub mod launch;
+pub mod module;
+pub mod precision;
+pub mod projection;
 pub mod roofline;
 pub mod self_time;
 pub mod skew;
@@ -230,6 +236,9 @@ pub fn specs() -> Vec<&'static Spec> {
         &findings::FINDINGS,
         &self_time::SELF_TIME,
         &skew::COLLECTIVE_SKEW,
+        &projection::GPU_PROJECTION,
+        &module::MODULE_BREAKDOWN,
+        &precision::PRECISION,
     ]
 }
 
