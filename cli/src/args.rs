@@ -218,6 +218,16 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// What the profiler itself cost: its recorded overhead (buffer flushes, ...) and the launch calls' durations
+    Overhead {
+        /// Run name
+        run: String,
+        /// Only the time within these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
     /// Macro stages (stage logs, profiler steps, forward/backward/optimizer/dataloader) and per-step statistics
     Stages {
         /// Run name

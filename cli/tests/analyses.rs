@@ -184,6 +184,7 @@ fn analysis_commands_take_a_step_range() {
         "projection",
         "modules",
         "precision",
+        "overhead",
         "stages",
         "findings",
     ] {
@@ -506,6 +507,43 @@ fn precision_gives_every_kernel_a_precision_and_the_time_per_precision() {
     let table = stdout(&gpuq(&store, &["precision", "r"]));
     assert!(
         table.contains("bf16") && table.contains("fp32_or_fp64_kernel"),
+        "{table}"
+    );
+}
+
+#[test]
+fn overhead_shows_the_profilers_recorded_work_and_the_launch_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_nsys_run(dir.path());
+    let o = gpuq(&store, &["overhead", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        query_csv(&store, "SELECT * FROM profiler_overhead('r')")
+    );
+    let row = |sql: &str| query_csv(&store, sql).lines().nth(1).unwrap().to_string();
+    // The generated capture records profiler overhead; every row's share is its total over
+    // its window, and the launch calls are the runtime's.
+    assert_ne!(
+        row("SELECT count(*) FROM profiler_overhead('r') WHERE kind = 'recorded'"),
+        "0"
+    );
+    assert_eq!(
+        row("SELECT count(*) FROM profiler_overhead('r') \
+             WHERE abs(share_pct - 100.0 * total / \"window\") > 1e-9"),
+        "0"
+    );
+    assert_eq!(
+        row("SELECT sum(instances) FROM profiler_overhead('r') WHERE kind = 'launch_calls'"),
+        row(
+            "SELECT count(*) FROM events WHERE run = 'r' AND kind IN ('runtime', 'driver') \
+             AND name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cuLaunchKernel', \
+             'cuLaunchKernelEx', 'cudaLaunchCooperativeKernel')"
+        )
+    );
+    let table = stdout(&gpuq(&store, &["overhead", "r"]));
+    assert!(
+        table.contains("recorded") && table.contains("share_pct"),
         "{table}"
     );
 }

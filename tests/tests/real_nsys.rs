@@ -522,3 +522,98 @@ async fn gpu_projection_reproduces_nvtx_gpu_proj_sum_row_for_row() {
     assert!(checked > 20_000, "{checked} ranges checked");
     eprintln!("checked {checked} ranges against nvtx_gpu_proj_sum");
 }
+
+/// An API name without nsys's version suffix.
+fn base_name(name: &str) -> String {
+    match name.rfind("_v") {
+        Some(at) if name[at + 2..].bytes().all(|b| b.is_ascii_digit()) => name[..at].to_string(),
+        _ => name.to_string(),
+    }
+}
+
+/// `profiler_overhead` on the real exports: per name, the recorded rows are `PROFILER_OVERHEAD`'s
+/// (count and longest), and per launch API the calls are the runtime table's (count and sum).
+#[tokio::test]
+async fn profiler_overhead_counts_the_exports_overhead_rows_and_launch_calls() {
+    use gpuq_query::analyses::overhead::is_launch_call;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let Some(fixtures) = ingest_fixtures(&store, None) else {
+        return;
+    };
+    let dir = gpuq_testkit::shared_traces("nsys").unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let mut recorded = 0;
+    for (stem, _, run) in fixtures {
+        let db = rusqlite::Connection::open(dir.join(format!("{stem}.sqlite"))).unwrap();
+        let has = |table: &str| {
+            db.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = ?1",
+                [table],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+                > 0
+        };
+        // kind -> name -> [instances, longest or sum]
+        let mut want: BTreeMap<(String, String), [i64; 2]> = BTreeMap::new();
+        if has("PROFILER_OVERHEAD") {
+            let mut q = db
+                .prepare(
+                    "SELECT s.value, count(*), max(o.end - o.start) FROM PROFILER_OVERHEAD o \
+                     JOIN StringIds s ON s.id = o.nameId WHERE o.end >= o.start GROUP BY 1",
+                )
+                .unwrap();
+            for row in q
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+            {
+                let (name, n, max) = row.unwrap();
+                want.insert(("recorded".into(), name), [n, max]);
+            }
+        }
+        let mut q = db
+            .prepare(
+                "SELECT s.value, r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r \
+                 JOIN StringIds s ON s.id = r.nameId WHERE r.end >= r.start",
+            )
+            .unwrap();
+        for row in q
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .unwrap()
+        {
+            let (name, dur) = row.unwrap();
+            // nsys's API names carry a version suffix (`cudaLaunchKernel_v7000`).
+            if is_launch_call(&name) {
+                let w = want
+                    .entry(("launch_calls".into(), base_name(&name)))
+                    .or_default();
+                w[0] += 1;
+                w[1] += dur;
+            }
+        }
+        let rows = text_rows(
+            &ctx,
+            &format!(
+                "SELECT kind, name, sum(instances), \
+                   CASE WHEN kind = 'recorded' THEN max(\"max\") ELSE sum(total) END \
+                 FROM profiler_overhead('{run}') GROUP BY kind, name"
+            ),
+        )
+        .await;
+        let mut got: BTreeMap<(String, String), [i64; 2]> = BTreeMap::new();
+        for r in rows {
+            let name = if r[0] == "launch_calls" {
+                base_name(&r[1])
+            } else {
+                r[1].clone()
+            };
+            let g = got.entry((r[0].clone(), name)).or_default();
+            g[0] += r[2].parse::<i64>().unwrap();
+            g[1] += r[3].parse::<i64>().unwrap();
+        }
+        assert_eq!(got, want, "{stem}");
+        recorded += got.keys().filter(|k| k.0 == "recorded").count();
+    }
+    assert!(recorded >= 3, "{recorded} recorded overhead names");
+}

@@ -221,6 +221,26 @@ pub(super) async fn precision(
     Ok(exit_code(failed))
 }
 
+/// `gpuq overhead`: the profiler's recorded overhead and the launch calls' durations.
+pub(super) async fn overhead(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("profiler_overhead", run, &[], steps);
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT rank, kind, name, instances, fmt_dur(total) AS total, fmt_dur(med) AS med, \
+             fmt_dur(max) AS max, fmt_dur(\"window\") AS \"window\", round(share_pct, 2) AS \
+             share_pct FROM ({sql})"
+        )
+    } else {
+        sql
+    };
+    analysis(store_path, run, &sql, format).await
+}
+
 /// `gpuq stages`: macro stages and per-step statistics.
 pub(super) async fn stages(
     store_path: &Path,

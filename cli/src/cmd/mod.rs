@@ -134,6 +134,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             limit,
             format,
         } => analysis::precision(store_path, &run, steps.as_deref(), limit, format).await,
+        Command::Overhead { run, steps, format } => {
+            analysis::overhead(store_path, &run, steps.as_deref(), format).await
+        }
         Command::Stages { run, steps, format } => {
             analysis::stages(store_path, &run, steps.as_deref(), format).await
         }

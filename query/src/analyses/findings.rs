@@ -22,6 +22,7 @@
 //! | `dominant_class` | one kernel class has ≥ 40 % of kernel time; its likely bound by class (always `low`: a hint, not a defect) | `kernel_class` |
 //! | `roofline` | GEMM-like operators with known FLOPs (≥ 10 % of kernel time) run under 70 % of their roof (`min(peak, intensity × bandwidth)`); the bound by arithmetic intensity; impact = the kernel time saved at 70 % (at most `medium`) | `roofline` |
 //! | `slow_steps` | steps whose wall or GPU busy time is over 1.5 × the rank's median (`vs_median`) | `step_stats` |
+//! | `profiler_overhead` | the profiler's own recorded work (buffer flushes, ...) covers ≥ 2 % of a rank's window: the profile is partly the profiler's (at most `medium`) | `profiler_overhead` |
 //!
 //! ROCm runs (host calls named `hip*`) get HIP wording in titles and actions (`hipMemcpyAsync`,
 //! `hipHostMalloc`, `hipDeviceSynchronize`, HIP graphs). With a step range (`findings('r',
@@ -167,6 +168,7 @@ pub async fn load_in(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<V
         rules::dominant_class(&classes),
         rules::roofline(&d, classes.total).await?,
         rules::slow_steps(&d).await?,
+        rules::profiler_overhead(&d).await?,
     ]
     .into_iter()
     .flatten()

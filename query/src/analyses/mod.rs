@@ -19,6 +19,7 @@
 //! | `collective_skew(run)` | per collective kernel name | [`skew`] |
 //! | `gpu_projection(run)` | per host range name | [`projection`] (nsys `nvtx_gpu_proj_sum`, with GPU busy time) |
 //! | `module_breakdown(run [, depth])` | per `nn.Module` path and pass | [`module`] |
+//! | `profiler_overhead(run)` | per rank and overhead or launch API | [`overhead`] (what recording cost) |
 //! | `precision(run)` | per kernel name and precision | [`precision`] (fp8 ... fp64, from kernel names and operator inputs) |
 //!
 //! Every analysis but `collective_skew` takes a step range as an optional trailing string
@@ -39,6 +40,7 @@ pub mod history;
 pub(crate) mod intervals;
 pub mod launch;
 pub mod module;
+pub mod overhead;
 pub mod precision;
 pub mod projection;
 pub mod roofline;
@@ -239,6 +241,7 @@ pub fn specs() -> Vec<&'static Spec> {
         &projection::GPU_PROJECTION,
         &module::MODULE_BREAKDOWN,
         &precision::PRECISION,
+        &overhead::PROFILER_OVERHEAD,
     ]
 }
 

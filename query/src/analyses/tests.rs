@@ -1132,3 +1132,64 @@ async fn gaps_read_a_window_at_a_time_are_the_whole_runs_gaps_on_real_traces() {
         }
     }
 }
+
+/// A run whose profiler flushed its buffers for 300 us of a 1 ms window (two flushes that
+/// overlap by 50 us) and launched two kernels with 50 us and 70 us calls.
+const OVERHEAD_TRACE: &str = r###"{
+  "traceEvents": [
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 1000, "dur": 50, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1100, "dur": 100, "args": {"device": 0, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 1200, "dur": 70, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1900, "dur": 100, "args": {"device": 0, "stream": 7, "correlation": 2}},
+  {"ph": "X", "cat": "overhead", "name": "Buffer Flush", "pid": 10, "tid": 12, "ts": 1300, "dur": 200},
+  {"ph": "X", "cat": "overhead", "name": "Buffer Flush", "pid": 10, "tid": 13, "ts": 1450, "dur": 150}
+  ]
+}"###;
+
+#[tokio::test]
+async fn profiler_overhead_counts_recorded_work_once_and_findings_warn_of_it() {
+    let (_dir, ctx) = session_with_trace(OVERHEAD_TRACE, "o").await;
+    let rows = text_rows(
+        &ctx,
+        "SELECT kind, name, instances, total, med, max, \"window\", share_pct \
+         FROM profiler_overhead('o')",
+    )
+    .await;
+    assert_eq!(
+        rows,
+        vec![
+            vec![
+                "recorded",
+                "Buffer Flush",
+                "2",
+                "300000",
+                "175000.0",
+                "200000",
+                "1000000",
+                "30.0"
+            ],
+            vec![
+                "launch_calls",
+                "cudaLaunchKernel",
+                "2",
+                "120000",
+                "60000.0",
+                "70000",
+                "1000000",
+                "12.0"
+            ],
+        ]
+    );
+    let f = text_rows(
+        &ctx,
+        "SELECT severity, title, impact_ns FROM findings('o') WHERE category = 'profiler_overhead'",
+    )
+    .await;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0][0], "medium", "never high: {f:?}");
+    assert!(
+        f[0][1].contains("30.0%") && f[0][1].contains("Buffer Flush"),
+        "{f:?}"
+    );
+    assert_eq!(f[0][2], "300000");
+}

@@ -833,3 +833,54 @@ pub(super) async fn slow_steps(d: &RunData<'_>) -> Result<Option<Finding>> {
         at: worst,
     }))
 }
+
+/// The profiler's own recorded work (buffer flushes, buffer requests) covering at least
+/// [`DISTORTING_SHARE_PCT`](crate::analyses::overhead::DISTORTING_SHARE_PCT) % of a rank's
+/// window: the profile's gaps and host times there are partly the profiler's. At most
+/// `medium`: the profile is doubtful, not the program slow.
+pub(super) async fn profiler_overhead(d: &RunData<'_>) -> Result<Option<Finding>> {
+    use crate::analyses::overhead::{load, DISTORTING_SHARE_PCT};
+    let rows = load(d.ctx, d.run, d.scope).await?;
+    let heavy: Vec<_> = rows
+        .iter()
+        .filter(|r| r.kind == "recorded" && r.share_pct >= DISTORTING_SHARE_PCT)
+        .collect();
+    let Some(worst) = heavy.iter().max_by_key(|r| r.total) else {
+        return Ok(None);
+    };
+    let impact: i64 = heavy.iter().map(|r| r.total).sum();
+    let severity = match severity(impact, d.span) {
+        "high" => "medium",
+        s => s,
+    };
+    Ok(Some(Finding {
+        severity,
+        category: "profiler_overhead",
+        title: format!(
+            "The profiler's own work covers {:.1}% of the profiled window ({})",
+            worst.share_pct, worst.name
+        ),
+        evidence: heavy
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: {} x {} = {} of {} ({:.1}%)",
+                    r.rank.map_or("rank ?".to_string(), |x| format!("rank {x}")),
+                    r.instances,
+                    r.name,
+                    fmt_dur(r.total),
+                    fmt_dur(r.window),
+                    r.share_pct
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        action: "Read idle gaps and slow host calls during these stretches as the profiler's; \
+                 profile fewer steps (schedule(active=...)) or fewer activity kinds, drop \
+                 with_stack / record_shapes when not needed, or enlarge the CUPTI buffers so \
+                 they are flushed less often."
+            .to_string(),
+        impact_ns: impact,
+        at: None,
+    }))
+}
