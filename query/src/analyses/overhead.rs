@@ -108,11 +108,6 @@ fn median(sorted: &[i64]) -> f64 {
 /// and time.
 pub async fn load(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<OverheadRow>> {
     let windows = walls(ctx, run).await?;
-    let launches = LAUNCH_CALLS
-        .iter()
-        .map(|n| literal(n))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sql = format!(
         "SELECT rank, CAST(kind AS VARCHAR), name, ts, ts + dur FROM events WHERE run = {} \
          AND dur >= 0 AND (kind = 'overhead' OR (kind IN ('runtime', 'driver') AND name LIKE \
