@@ -20,6 +20,7 @@
 //! ```
 
 use super::data::{collect, ints, strings, walls, Scope};
+use super::history::stats::median_ints;
 use super::intervals::{length, union};
 use super::{batch, literal, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, StringArray};
@@ -93,17 +94,6 @@ pub struct OverheadRow {
     pub share_pct: f64,
 }
 
-fn median(sorted: &[i64]) -> f64 {
-    let n = sorted.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        sorted[n / 2] as f64
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) as f64 / 2.0
-    }
-}
-
 /// The rows of `profiler_overhead(run)` within `scope`, recorded overhead first, then by rank
 /// and time.
 pub async fn load(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<OverheadRow>> {
@@ -159,7 +149,7 @@ pub async fn load(ctx: &SessionContext, run: &str, scope: &Scope) -> Result<Vec<
             name,
             instances: durs.len() as i64,
             total,
-            med: median(&durs),
+            med: median_ints(durs.clone()).unwrap_or(0.0),
             max: durs.last().copied().unwrap_or(0),
             window,
             share_pct: if window > 0 {
@@ -222,12 +212,5 @@ mod tests {
         assert!(!is_launch_call("cudaLaunchHostFunc"));
         assert!(!is_launch_call("cudaLaunchKernel_vx"));
         assert!(!is_launch_call("cudaLaunchKernel_v"));
-    }
-
-    #[test]
-    fn medians_of_launch_calls() {
-        assert_eq!(median(&[1, 2, 3, 10]), 2.5);
-        assert_eq!(median(&[7]), 7.0);
-        assert_eq!(median(&[]), 0.0);
     }
 }

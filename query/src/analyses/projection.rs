@@ -21,6 +21,7 @@
 //! ```
 
 use super::data::{collect, ints, launches_by_thread, strings, Names, Scope, Thread};
+use super::history::stats::median_ints;
 use super::{batch, literal, Call, Spec};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -237,16 +238,6 @@ pub async fn load(
     Ok(out)
 }
 
-/// The median of sorted values.
-fn median(sorted: &[i64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2] as f64
-    } else {
-        (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
-    }
-}
-
 /// The sample standard deviation (0 for one value), as nsys reports it.
 fn stddev(values: &[i64]) -> f64 {
     let n = values.len();
@@ -309,7 +300,7 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
         ints(&|r| r.range_time),
         ints(&total),
         floats(&|r| total(r) as f64 / count(r)),
-        floats(&|r| median(&r.projections)),
+        floats(&|r| median_ints(r.projections.clone()).unwrap_or(0.0)),
         ints(&|r| r.projections[0]),
         ints(&|r| r.projections[r.projections.len() - 1]),
         floats(&|r| stddev(&r.projections)),
@@ -375,8 +366,6 @@ mod tests {
         let got = project_thread(&mut ranges, &mut calls);
         assert_eq!(got.len(), 2, "both equal ranges hold the call");
         assert_eq!(got.iter().map(|p| p.level).sum::<i64>(), 1);
-        assert_eq!(median(&[1, 2, 3, 10]), 2.5);
-        assert_eq!(median(&[4]), 4.0);
         // nsys: 7274562 and 151750042 have a StdDev of 102159591.6.
         assert_eq!(
             format!("{:.1}", stddev(&[7274562, 151750042])),
