@@ -228,6 +228,36 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// Allocator memory per device: the peak, the operator running at it, per step, and the allocation churn
+    Memory {
+        /// Run name
+        run: String,
+        /// Only the allocator events within these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Serving-engine steps (SGLang, vLLM markers) as prefill, decode or mixed: batch, tokens, latency, time per token, steady state
+    Phases {
+        /// Run name
+        run: String,
+        /// Only the markers within these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Collective calls per kind: bytes, bus bandwidth (NCCL's formulas), time waiting for the last rank, which rank came last
+    Collectives {
+        /// Run name
+        run: String,
+        /// Only the collectives launched in these profiler steps: 3..5 (inclusive), 3.., ..5 or 4
+        #[arg(long, value_name = "RANGE", value_parser = parse_steps)]
+        steps: Option<String>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
     /// Macro stages (stage logs, profiler steps, forward/backward/optimizer/dataloader) and per-step statistics
     Stages {
         /// Run name
@@ -284,6 +314,22 @@ pub enum Command {
         /// Shifts under this are not change points
         #[arg(long, value_name = "PCT", default_value = "5%", value_parser = parse_pct)]
         threshold: f64,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// How each kernel's (operator's, class's) time grows with a numeric run tag: the log-log exponent with a 95 % interval
+    Scaling {
+        /// The tag that holds the input size (e.g. seq_len, set by `gpuq ingest --tag seq_len=4096`)
+        tag: String,
+        /// Which runs: a condition on the runs table [default: every run]
+        #[arg(long = "where", value_name = "SELECTOR", default_value = "true")]
+        selector: String,
+        /// kernel, op, class, stage or summary
+        #[arg(long, default_value = "kernel")]
+        level: String,
+        /// Show the N keys that take the most time at the largest tag value
+        #[arg(short = 'n', long, default_value_t = 20)]
+        limit: usize,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },

@@ -547,3 +547,82 @@ fn overhead_shows_the_profilers_recorded_work_and_the_launch_calls() {
         "{table}"
     );
 }
+
+#[test]
+fn memory_gives_each_device_its_allocator_peak_and_says_when_nothing_was_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = generated_run(dir.path(), 4);
+    let o = gpuq(&store, &["memory", "r", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        query_csv(&store, "SELECT * FROM memory_usage('r')")
+    );
+    // The whole run's peak per device is the highest total the allocator reported, and each
+    // step's peak is at most that.
+    let got = query_csv(
+        &store,
+        "SELECT device, peak_allocated FROM memory_usage('r') WHERE step IS NULL ORDER BY device",
+    );
+    let want = query_csv(
+        &store,
+        "SELECT device, CAST(max(value) AS BIGINT) AS peak_allocated FROM counters \
+         WHERE run = 'r' AND name = '[memory] Total Allocated' GROUP BY device ORDER BY device",
+    );
+    assert_eq!(got, want);
+    assert!(got.lines().count() >= 2, "{got}");
+    let over = query_csv(
+        &store,
+        "SELECT count(*) FROM memory_usage('r') s JOIN memory_usage('r') w \
+         ON (s.device IS NOT DISTINCT FROM w.device) AND w.step IS NULL \
+         WHERE s.step IS NOT NULL AND s.peak_allocated > w.peak_allocated",
+    );
+    assert_eq!(over.lines().nth(1), Some("0"));
+    let steps = query_csv(
+        &store,
+        "SELECT count(DISTINCT step) FROM memory_usage('r', '6..7') WHERE step IS NOT NULL",
+    );
+    assert_eq!(steps.lines().nth(1), Some("2"), "{steps}");
+    let table = stdout(&gpuq(&store, &["memory", "r"]));
+    assert!(
+        table.contains("peak_allocated_mib") && table.contains("peak_op"),
+        "{table}"
+    );
+    // A run without allocator events says how to record them.
+    let bare = dir.path().join("bare.json");
+    kineto_with_kernels(&bare, &["gemm"]);
+    let o = gpuq(
+        &store,
+        &["ingest", "-q", bare.to_str().unwrap(), "--run", "bare"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpuq(&store, &["memory", "bare"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("profile_memory=True"), "{}", stderr(&o));
+}
+
+#[test]
+fn phases_and_collectives_print_their_rows_and_say_what_a_run_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = generated_run(dir.path(), 3);
+    for (command, function, note) in [
+        // The generated run has no serving markers, and 8-rank all-reduces with their sizes.
+        (
+            "phases",
+            "inference_phases",
+            "no serving-engine step markers",
+        ),
+        ("collectives", "collectives", "allreduce"),
+    ] {
+        let o = gpuq(&store, &[command, "r", "--format", "csv"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(
+            stdout(&o),
+            query_csv(&store, &format!("SELECT * FROM {function}('r')"))
+        );
+        let o = gpuq(&store, &[command, "r"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let said = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(said.contains(note), "{said}");
+    }
+}

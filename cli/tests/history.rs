@@ -242,3 +242,91 @@ fn diff_check_and_trend_find_an_injected_regression_and_pass_noise() {
         stdout(&o)
     );
 }
+
+/// A run at `seq_len` whose kernels take 10 µs·r² (`attention`), 20 µs·r (`mlp`) and 5 µs
+/// (`norm`) per step, r = seq_len / 512, over 3 steps.
+fn scaled_trace(dir: &Path, seq_len: i64) -> std::path::PathBuf {
+    let r = seq_len / 512;
+    let (mut events, mut t, mut c) = (Vec::new(), 1000, 0);
+    for step in 0..3 {
+        let start = t;
+        for (name, dur) in [("attention", 10 * r * r), ("mlp", 20 * r), ("norm", 5)] {
+            c += 1;
+            events.push(format!(
+                r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {t}, "dur": 2, "args": {{"correlation": {c}}}}}"#
+            ));
+            events.push(format!(
+                r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": 7, "ts": {}, "dur": {dur}, "args": {{"device": 0, "stream": 7, "correlation": {c}}}}}"#,
+                t + 3
+            ));
+            t += dur + 10;
+        }
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": {start}, "dur": {}}}"#,
+            t - start
+        ));
+        t += 5;
+    }
+    let path = dir.join(format!("seq{seq_len}.json"));
+    std::fs::write(
+        &path,
+        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n")),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn scaling_fits_each_kernels_growth_with_a_run_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    for seq_len in [512, 1024, 2048, 4096] {
+        let trace = scaled_trace(dir.path(), seq_len);
+        let o = gpuq(
+            &store,
+            &[
+                "ingest",
+                "-q",
+                trace.to_str().unwrap(),
+                "--run",
+                &format!("s{seq_len}"),
+                "--tag",
+                &format!("seq_len={seq_len}"),
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let got = query_csv(
+        &store,
+        "SELECT name, round(exponent, 6) AS k, round(ci_low, 6) AS lo, round(ci_high, 6) AS hi, \
+         growth, runs, CAST(time_at_max AS BIGINT) AS at_max FROM scaling('true', 'seq_len')",
+    );
+    assert_eq!(
+        got,
+        "name,k,lo,hi,growth,runs,at_max\n\
+         attention,2.0,2.0,2.0,super-linear,4,640000\n\
+         mlp,1.0,1.0,1.0,linear,4,160000\n\
+         norm,0.0,0.0,0.0,constant,4,5000\n"
+    );
+    let o = gpuq(&store, &["scaling", "seq_len", "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        query_csv(
+            &store,
+            "SELECT * FROM scaling('true', 'seq_len', 'kernel') LIMIT 20"
+        )
+    );
+    let table = stdout(&gpuq(&store, &["scaling", "seq_len", "--level", "class"]));
+    assert!(
+        table.contains("exponent") && table.contains("growth"),
+        "{table}"
+    );
+    // Fewer than two tagged runs, or an unknown level, is an error that says why.
+    let o = gpuq(&store, &["scaling", "batch"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("0 of them so tagged"), "{}", stderr(&o));
+    let o = gpuq(&store, &["scaling", "seq_len", "--level", "warp"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown level"), "{}", stderr(&o));
+}

@@ -834,3 +834,292 @@ async fn precision_matches_an_independent_attribution_on_real_traces() {
         "{by_operator} kernels placed by their operator"
     );
 }
+
+/// `memory_usage` on real traces with allocator events (PyTorch 1.8 without totals, and two
+/// with them, one of them with a backward thread), per device over the run and per step,
+/// against the same definitions computed from the raw JSON with serde_json.
+#[tokio::test]
+async fn memory_usage_matches_an_independent_computation_on_real_traces() {
+    let Some(dir) = gpuq_testkit::shared_traces("kineto") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let mut relative_seen = false;
+    for (i, name) in [
+        "kineto_tb_plugin/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz",
+        "tracelens/h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "hta/df_index_resolver__df_index_resolver.json.gz",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let path = dir.join(name);
+        let run = format!("mem{i}");
+        ingest_as(&store, &path, &run);
+        let want = independent_memory_usage(&path);
+        assert!(want.len() >= 4, "{name}: {want:?}");
+        let sql = format!(
+            "SELECT coalesce(device, -1), coalesce(step, -1), relative, start_allocated, \
+             peak_allocated, end_allocated, coalesce(peak_op, ''), allocs, alloc_bytes, frees, \
+             freed_bytes FROM memory_usage('{run}')"
+        );
+        let mut got = BTreeMap::new();
+        for b in ctx.sql(&sql).await.unwrap().collect().await.unwrap() {
+            let int = |c: usize| {
+                datafusion::arrow::compute::cast(b.column(c), &DataType::Int64)
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .clone()
+            };
+            let relative = b.column(2).as_boolean().clone();
+            let op = b.column(6).as_string::<i32>().clone();
+            for r in 0..b.num_rows() {
+                relative_seen |= relative.value(r);
+                got.insert(
+                    (int(0).value(r), int(1).value(r)),
+                    MemoryExpected {
+                        relative: relative.value(r),
+                        levels: [int(3).value(r), int(4).value(r), int(5).value(r)],
+                        peak_op: op.value(r).to_string(),
+                        churn: [7, 8, 9, 10].map(|c| int(c).value(r)),
+                    },
+                );
+            }
+        }
+        assert_eq!(got, want, "{name}");
+    }
+    assert!(relative_seen, "the PyTorch 1.8 trace has no totals");
+}
+
+#[derive(Debug, PartialEq)]
+struct MemoryExpected {
+    relative: bool,
+    /// start, peak, end
+    levels: [i64; 3],
+    peak_op: String,
+    /// allocs, alloc_bytes, frees, freed_bytes
+    churn: [i64; 4],
+}
+
+/// (device or -1 for host, step or -1 for the whole run) -> the row `memory_usage` must give.
+fn independent_memory_usage(path: &Path) -> BTreeMap<(i64, i64), MemoryExpected> {
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut text)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+    let events = v["traceEvents"].as_array().unwrap();
+    // Legacy traces write operators' tids as strings, allocator events' as numbers.
+    let id = |x: &serde_json::Value| x.as_i64().or_else(|| x.as_str()?.parse().ok());
+    let thread = |e: &serde_json::Value| (id(&e["pid"]), id(&e["tid"]));
+    // (thread, start, end, name) of operators, and each step's span.
+    let mut ops = Vec::new();
+    let mut steps: Vec<(i64, i64, i64)> = Vec::new();
+    // device -> (ts, index, bytes, total)
+    let mut series: BTreeMap<i64, Vec<(i64, i64, i64, Option<i64>, (Option<i64>, Option<i64>))>> =
+        BTreeMap::new();
+    for e in events {
+        let name = e["name"].as_str().unwrap_or("");
+        if e["ph"] == "X" {
+            let (s, d) = (ns(&e["ts"]), ns(&e["dur"]));
+            if let Some(n) = name.strip_prefix("ProfilerStep#") {
+                steps.push((n.parse().unwrap(), s, s + d));
+            } else if matches!(e["cat"].as_str(), Some("cpu_op" | "Operator")) {
+                ops.push((thread(e), s, s + d, name.to_string()));
+            }
+        } else if name == "[memory]" {
+            let a = &e["args"];
+            let device = match a["Device Type"].as_i64() {
+                Some(0) | None => -1,
+                _ => a["Device Id"].as_i64().unwrap(),
+            };
+            series.entry(device).or_default().push((
+                ns(&e["ts"]),
+                a["Ev Idx"].as_i64().unwrap_or(i64::MAX),
+                a["Bytes"].as_i64().unwrap(),
+                a["Total Allocated"].as_i64(),
+                thread(e),
+            ));
+        }
+    }
+    let step_of = |ts: i64| {
+        steps
+            .iter()
+            .find(|(_, s, e)| *s <= ts && ts < *e)
+            .map(|s| s.0)
+    };
+    let mut out = BTreeMap::new();
+    for (device, mut evs) in series {
+        evs.sort_by_key(|e| (e.0, e.1, -e.2));
+        let relative = evs.iter().all(|e| e.3.is_none());
+        let mut level = evs[0].3.map_or(0, |t| t - evs[0].2);
+        let mut rows: Vec<(Option<i64>, i64, i64, i64)> = Vec::new(); // (step, before, after, i)
+        for (i, e) in evs.iter().enumerate() {
+            let before = level;
+            level = e.3.unwrap_or(level + e.2);
+            rows.push((step_of(e.0), before, level, i as i64));
+        }
+        let mut groups: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            groups.entry(-1).or_default().push(i);
+            if let Some(s) = r.0 {
+                groups.entry(s).or_default().push(i);
+            }
+        }
+        for (step, idx) in groups {
+            let start = rows[idx[0]].1;
+            let (mut peak, mut at) = (start, None);
+            for &i in &idx {
+                if rows[i].2 > peak {
+                    (peak, at) = (rows[i].2, Some(i));
+                }
+            }
+            let peak_op = at
+                .and_then(|i| {
+                    let (ts, th) = (evs[i].0, evs[i].4);
+                    ops.iter()
+                        .filter(|o| o.0 == th && o.1 <= ts && ts <= o.2)
+                        .min_by_key(|o| (o.1, std::cmp::Reverse(o.2), o.3.clone()))
+                })
+                .map_or(String::new(), |o| o.3.clone());
+            let bytes: Vec<i64> = idx.iter().map(|&i| evs[i].2).collect();
+            out.insert(
+                (device, step),
+                MemoryExpected {
+                    relative,
+                    levels: [start, peak, rows[*idx.last().unwrap()].2],
+                    peak_op,
+                    churn: [
+                        bytes.iter().filter(|b| **b > 0).count() as i64,
+                        bytes.iter().filter(|b| **b > 0).sum(),
+                        bytes.iter().filter(|b| **b < 0).count() as i64,
+                        -bytes.iter().filter(|b| **b < 0).sum::<i64>(),
+                    ],
+                },
+            );
+        }
+    }
+    out
+}
+
+/// `inference_phases` on the SGLang and vLLM traces: each innermost step marker's phase, batch
+/// and tokens as its name says, and the GPU work launched inside it (count, span, busy union)
+/// as a brute-force match of launch calls and correlation ids in the raw JSON finds it.
+#[tokio::test]
+async fn inference_phases_match_the_markers_and_their_gpu_work_on_real_traces() {
+    use gpuq_query::analyses::phases::parse_marker;
+    let Some(dir) = gpuq_testkit::shared_traces("kineto/tracelens") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let ctx = gpuq_query::open_session(&store).await.unwrap();
+    let mut phases = Vec::new();
+    for (i, name) in [
+        "inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz",
+        "inference__vllm_prefilldecode_piecewise__graph_execution.json.gz",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let path = dir.join(name);
+        let run = format!("serve{i}");
+        ingest_as(&store, &path, &run);
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).unwrap())
+            .read_to_end(&mut text)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+        let events = v["traceEvents"].as_array().unwrap();
+        let span = |e: &serde_json::Value| (ns(&e["ts"]), ns(&e["ts"]) + ns(&e["dur"]));
+        let thread = |e: &serde_json::Value| (e["pid"].as_i64(), e["tid"].as_i64());
+        let markers: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && parse_marker(e["name"].as_str().unwrap_or("")).is_some())
+            .collect();
+        let mut want = Vec::new();
+        for m in &markers {
+            let (s, e) = span(m);
+            // Innermost: no other marker within it.
+            if markers.iter().any(|o| {
+                !std::ptr::eq(*o, *m) && thread(o) == thread(m) && {
+                    let (os, oe) = span(o);
+                    s <= os && oe <= e
+                }
+            }) {
+                continue;
+            }
+            let calls: std::collections::HashSet<i64> = events
+                .iter()
+                .filter(|c| matches!(c["cat"].as_str(), Some("cuda_runtime" | "cuda_driver")))
+                .filter(|c| thread(c) == thread(m) && s <= span(c).0 && span(c).1 <= e)
+                .filter_map(|c| c["args"]["correlation"].as_i64())
+                .collect();
+            let mut ops: Vec<(i64, i64)> = events
+                .iter()
+                .filter(|k| {
+                    matches!(
+                        k["cat"].as_str(),
+                        Some("kernel" | "gpu_memcpy" | "gpu_memset")
+                    )
+                })
+                .filter(|k| {
+                    k["args"]["correlation"]
+                        .as_i64()
+                        .is_some_and(|c| calls.contains(&c))
+                })
+                .map(span)
+                .collect();
+            ops.sort_unstable();
+            let (mut busy, mut open) = (0, ops[0]);
+            for &(a, b) in &ops[1..] {
+                if a > open.1 {
+                    busy += open.1 - open.0;
+                    open = (a, b);
+                } else {
+                    open.1 = open.1.max(b);
+                }
+            }
+            busy += open.1 - open.0;
+            let last = ops.iter().map(|o| o.1).max().unwrap();
+            let p = parse_marker(m["name"].as_str().unwrap()).unwrap();
+            want.push((
+                p.phase,
+                p.requests,
+                p.tokens,
+                ops.len() as i64,
+                last - ops[0].0,
+                busy,
+                last.max(e) - s,
+            ));
+        }
+        let sql = format!(
+            "SELECT phase, requests, tokens, gpu_ops, gpu_span, gpu_busy, latency \
+             FROM inference_phases('{run}') ORDER BY ts"
+        );
+        let mut got = Vec::new();
+        for b in ctx.sql(&sql).await.unwrap().collect().await.unwrap() {
+            let int = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
+            let phase = b.column(0).as_string::<i32>().clone();
+            for r in 0..b.num_rows() {
+                let opt = |c: usize| (!int(c).is_null(r)).then(|| int(c).value(r));
+                got.push((
+                    phase.value(r).to_string(),
+                    opt(1),
+                    opt(2),
+                    int(3).value(r),
+                    int(4).value(r),
+                    int(5).value(r),
+                    int(6).value(r),
+                ));
+            }
+        }
+        assert_eq!(got, want, "{name}");
+        phases.extend(got.into_iter().map(|g| g.0));
+    }
+    assert_eq!(phases, ["prefill", "mixed"]);
+}

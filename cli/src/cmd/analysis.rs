@@ -241,6 +241,177 @@ pub(super) async fn overhead(
     analysis(store_path, run, &sql, format).await
 }
 
+/// `gpuq memory`: the allocator's peak per device over the selection, then per step.
+pub(super) async fn memory(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("memory_usage", run, &[], steps);
+    if format != OutputFormat::Table {
+        return analysis(store_path, run, &sql, format).await;
+    }
+    let mib = |c: &str| {
+        format!(
+            "round({c} / 1048576.0, 1) AS {}",
+            c.replace("_bytes", "") + "_mib"
+        )
+    };
+    let device = "coalesce(CAST(device AS VARCHAR), 'host') AS device";
+    let tables = format!(
+        "SELECT rank, {device}, {}, peak_op, {}, {}, {}, {}, {} FROM ({sql}) \
+         WHERE step IS NULL; \
+         SELECT rank, {device}, step, {}, peak_op, {}, {} FROM ({sql}) WHERE step IS NOT NULL",
+        mib("peak_allocated"),
+        mib("start_allocated"),
+        mib("end_allocated"),
+        mib("peak_reserved"),
+        mib("alloc_bytes"),
+        mib("freed_bytes"),
+        mib("peak_allocated"),
+        mib("alloc_bytes"),
+        mib("freed_bytes"),
+    );
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, &tables, format, &mut std::io::stdout()).await;
+    let count = format!(
+        "SELECT count(*), count(*) FILTER (WHERE relative) FROM ({sql}) WHERE step IS NULL"
+    );
+    let batches = ctx.sql(&count).await?.collect().await?;
+    let counts = batches.first().map(|b| {
+        let n = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .map_or(0, |a| a.value(0))
+        };
+        (n(0), n(1))
+    });
+    match counts {
+        Some((0, _)) => eprintln!(
+            "note: run {run} has no allocator events: PyTorch records them with \
+             torch.profiler.profile(profile_memory=True)"
+        ),
+        Some((_, relative)) if relative > 0 => eprintln!(
+            "note: this trace records each allocation's size but not the totals (PyTorch before \
+             1.10): levels count from 0 at its first event, so only differences between them \
+             mean something"
+        ),
+        _ => {}
+    }
+    Ok(exit_code(failed))
+}
+
+/// `gpuq phases`: per phase the steady steps' batch, latency and time per token, then the
+/// steps.
+pub(super) async fn phases(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("inference_phases", run, &[], steps);
+    if format != OutputFormat::Table {
+        return analysis(store_path, run, &sql, format).await;
+    }
+    // Per phase: its steady steps where the steady state is known, else all of them.
+    let tables = format!(
+        "SELECT rank, phase, count(*) AS steps, count(*) FILTER (WHERE steady) AS steady, \
+         median(requests) AS med_batch, sum(tokens) AS tokens, \
+         fmt_dur(CAST(median(latency) AS BIGINT)) AS med_latency, \
+         fmt_dur(CAST(sum(latency) / sum(tokens) AS BIGINT)) AS per_token, \
+         fmt_dur(CAST(median(gpu_busy) AS BIGINT)) AS med_gpu_busy \
+         FROM ({sql}) WHERE coalesce(steady, true) GROUP BY rank, phase ORDER BY rank, phase; \
+         SELECT rank, phase, requests, tokens, fmt_dur(latency) AS latency, \
+         fmt_dur(gpu_busy) AS gpu_busy, fmt_dur(CAST(per_token AS BIGINT)) AS per_token, steady, \
+         name FROM ({sql}) ORDER BY rank, ts"
+    );
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, &tables, format, &mut std::io::stdout()).await;
+    let batches = ctx
+        .sql(&format!("SELECT count(*) FROM ({sql})"))
+        .await?
+        .collect()
+        .await?;
+    let none = batches.first().is_some_and(|b| {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .is_some_and(|a| a.value(0) == 0)
+    });
+    if none {
+        eprintln!(
+            "note: run {run} has no serving-engine step markers: SGLang's `step[DECODE bs=N]` \
+             or vLLM's `execute_N_context_C(...)_generation_G(...)` annotations around GPU work"
+        );
+    }
+    Ok(exit_code(failed))
+}
+
+/// `gpuq collectives`: per kind of collective (name, algorithm, protocol, group size) its
+/// calls, time, bytes, median bus bandwidth, share of time waiting and most frequent last rank;
+/// `--format` gives every call.
+pub(super) async fn collectives(
+    store_path: &Path,
+    run: &str,
+    steps: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let sql = analyses::select_sql_in("collectives", run, &[], steps);
+    if format != OutputFormat::Table {
+        return analysis(store_path, run, &sql, format).await;
+    }
+    let key = "coalesce(collective, name) AS collective, algorithm, protocol, group_size";
+    let same = |a: &str| format!("(k.{a} IS NOT DISTINCT FROM m.{a})");
+    // A call's last rank is on the row whose rank is that last rank: one row per call.
+    let table = format!(
+        "WITH k AS (SELECT {key}, * EXCLUDE (collective, algorithm, protocol, group_size) \
+         FROM ({sql})), \
+         l AS (SELECT collective, algorithm, protocol, group_size, last_rank, count(*) AS n \
+         FROM k WHERE rank = last_rank GROUP BY 1, 2, 3, 4, 5), \
+         m AS (SELECT collective, algorithm, protocol, group_size, \
+         first_value(last_rank ORDER BY n DESC, last_rank) AS last_rank, max(n) AS n \
+         FROM l GROUP BY 1, 2, 3, 4) \
+         SELECT k.collective, k.algorithm, k.protocol, k.group_size, count(*) AS kernels, \
+         fmt_dur(sum(k.dur)) AS total, round(sum(k.bytes) / 1048576.0, 1) AS mib, \
+         round(median(k.busbw_gbps), 2) AS busbw_gbps, \
+         round(median(k.busbw_transfer_gbps), 2) AS transfer_busbw, \
+         round(100.0 * sum(k.wait) / sum(k.dur) FILTER (WHERE k.wait IS NOT NULL), 1) \
+         AS wait_pct, min(m.last_rank) AS last_rank, min(m.n) AS last_calls \
+         FROM k LEFT JOIN m ON k.collective = m.collective AND {} AND {} AND {} \
+         GROUP BY 1, 2, 3, 4 ORDER BY sum(k.dur) DESC",
+        same("algorithm"),
+        same("protocol"),
+        same("group_size"),
+    );
+    let ctx = session_with_run(store_path, run).await?;
+    let failed = run_sql_text(&ctx, &table, format, &mut std::io::stdout()).await;
+    let unsized_sql = format!(
+        "SELECT count(*), count(*) FILTER (WHERE bytes IS NULL AND name ILIKE '%ccl%') FROM ({sql})"
+    );
+    let batches = ctx.sql(&unsized_sql).await?.collect().await?;
+    let counts = batches.first().map(|b| {
+        let n = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .map_or(0, |a| a.value(0))
+        };
+        (n(0), n(1))
+    });
+    match counts {
+        Some((0, _)) => eprintln!("note: run {run} has no communication kernels"),
+        Some((_, n)) if n > 0 => eprintln!(
+            "note: {n} NCCL kernel(s) have no message size: the PyTorch that wrote this trace did \
+             not record `In msg nelems`, `dtype` and `Group size` (newer versions do, on the \
+             record_param_comms operator or the kernel)"
+        ),
+        _ => {}
+    }
+    Ok(exit_code(failed))
+}
+
 /// `gpuq stages`: macro stages and per-step statistics.
 pub(super) async fn stages(
     store_path: &Path,

@@ -1,5 +1,5 @@
-//! The history commands: `gpuq diff`, `trend`, `check`, `repeat`, `skew`. `check` prints
-//! the verdict of [`gpuq_query::analyses::history::gate`]; it does not judge.
+//! The history commands: `gpuq diff`, `trend`, `scaling`, `check`, `repeat`, `skew`. `check`
+//! prints the verdict of [`gpuq_query::analyses::history::gate`]; it does not judge.
 
 use super::analysis::analysis;
 use crate::args::OutputFormat;
@@ -150,6 +150,35 @@ fn sparkline(values: &[Option<f64>]) -> String {
             Some(v) => SPARKS[(((v - lo) / (hi - lo)) * 7.0).round() as usize],
         })
         .collect()
+}
+
+/// `gpuq scaling`: per key, the exponent of its time against a numeric tag.
+pub(super) async fn scaling(
+    ctx: &SessionContext,
+    selector: &str,
+    tag: &str,
+    level: &str,
+    limit: usize,
+    format: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let call = format!(
+        "scaling({}, {}, {})",
+        literal(selector),
+        literal(tag),
+        literal(level)
+    );
+    let sql = if format == OutputFormat::Table {
+        format!(
+            "SELECT name, round(exponent, 2) AS exponent, round(ci_low, 2) AS ci_low, \
+             round(ci_high, 2) AS ci_high, growth, runs, tag_min, tag_max, \
+             fmt_dur(CAST(time_at_max AS BIGINT)) AS time_at_max, round(r2, 3) AS r2 \
+             FROM {call} LIMIT {limit}"
+        )
+    } else {
+        format!("SELECT * FROM {call} LIMIT {limit}")
+    };
+    let failed = run_sql_text(ctx, &sql, format, &mut std::io::stdout()).await;
+    Ok(exit_code(failed))
 }
 
 pub(super) async fn trend(

@@ -137,6 +137,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Overhead { run, steps, format } => {
             analysis::overhead(store_path, &run, steps.as_deref(), format).await
         }
+        Command::Memory { run, steps, format } => {
+            analysis::memory(store_path, &run, steps.as_deref(), format).await
+        }
+        Command::Phases { run, steps, format } => {
+            analysis::phases(store_path, &run, steps.as_deref(), format).await
+        }
+        Command::Collectives { run, steps, format } => {
+            analysis::collectives(store_path, &run, steps.as_deref(), format).await
+        }
         Command::Stages { run, steps, format } => {
             analysis::stages(store_path, &run, steps.as_deref(), format).await
         }
@@ -165,6 +174,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (store, ctx) = open_session(store_path).await?;
             let tag = order_tag.as_deref();
             history::trend(&ctx, &store, &selector, &metric, tag, threshold, format).await
+        }
+        Command::Scaling {
+            tag,
+            selector,
+            level,
+            limit,
+            format,
+        } => {
+            let (_, ctx) = open_session(store_path).await?;
+            history::scaling(&ctx, &selector, &tag, &level, limit, format).await
         }
         Command::Check {
             baseline,

@@ -16,11 +16,15 @@
 //! | `compare(a, b [, level [, threshold_pct]])` | per kernel / op / class / stage / metric | [`history::compare`] |
 //! | `trend(selector, metric [, order_tag [, threshold_pct]])` | per run | [`history::trend`] |
 //! | `repeatability(selector [, n])` | per kernel over repeated runs | [`history::repeatability`] |
+//! | `scaling(selector, tag [, level])` | per kernel / op / class over tagged runs | [`history::scaling`] (time ≈ c · tag^k, k with a 95 % interval) |
 //! | `collective_skew(run)` | per collective kernel name | [`skew`] |
 //! | `gpu_projection(run)` | per host range name | [`projection`] (nsys `nvtx_gpu_proj_sum`, with GPU busy time) |
 //! | `module_breakdown(run [, depth])` | per `nn.Module` path and pass | [`module`] |
 //! | `profiler_overhead(run)` | per rank and overhead or launch API | [`overhead`] (what recording cost) |
 //! | `precision(run)` | per kernel name and precision | [`precision`] (fp8 ... fp64, from kernel names and operator inputs) |
+//! | `memory_usage(run)` | per rank, device and step | [`memory`] (allocator peak, operator at the peak, churn) |
+//! | `inference_phases(run)` | per serving-engine step | [`phases`] (prefill / decode / mixed, batch, tokens, time per token, steady state) |
+//! | `collectives(run)` | per collective kernel | [`collectives`] (message size, bus bandwidth, wait vs transfer, last rank) |
 //!
 //! Every analysis but `collective_skew` takes a step range as an optional trailing string
 //! argument (`top_kernels('r', 10, '3..5')`, `breakdown('r', '4')`; see [`StepRange`] and
@@ -32,6 +36,7 @@
 //! statement is planned.
 
 pub mod breakdown;
+pub mod collectives;
 pub mod data;
 pub mod findings;
 pub mod gaps;
@@ -39,8 +44,10 @@ pub mod gpu_util;
 pub mod history;
 pub(crate) mod intervals;
 pub mod launch;
+pub mod memory;
 pub mod module;
 pub mod overhead;
+pub mod phases;
 pub mod precision;
 pub mod projection;
 pub mod roofline;
@@ -242,6 +249,9 @@ pub fn specs() -> Vec<&'static Spec> {
         &module::MODULE_BREAKDOWN,
         &precision::PRECISION,
         &overhead::PROFILER_OVERHEAD,
+        &collectives::COLLECTIVES,
+        &memory::MEMORY,
+        &phases::INFERENCE_PHASES,
     ]
 }
 
@@ -266,6 +276,12 @@ pub fn register_all(ctx: &SessionContext, store: &Store) {
     ctx.register_udtf(
         "trend",
         Arc::new(history::trend::TrendFunction {
+            store: store.clone(),
+        }),
+    );
+    ctx.register_udtf(
+        "scaling",
+        Arc::new(history::scaling::ScalingFunction {
             store: store.clone(),
         }),
     );

@@ -100,7 +100,7 @@ pub struct Point {
 
 /// The per-step values of `key` in `p` (zero where a step lacks it), or its total without
 /// steps.
-fn samples_of(p: &Profile, key: &str) -> Vec<f64> {
+pub(crate) fn samples_of(p: &Profile, key: &str) -> Vec<f64> {
     let measures = p.keys.get(key);
     if p.steps.is_empty() {
         let total: i64 = measures.into_iter().flatten().map(|(_, m)| m.total).sum();
