@@ -17,6 +17,14 @@
 //!
 //! `<types>` has one letter per column (`I` integer, `R` float, `T` text, `B` boolean); only the
 //! count is checked. Floats print with at most 12 decimals, trailing zeros removed.
+//!
+//! The files of `tests/slt/analyses/` pin the analyses, which read a store: they run on a
+//! session over a fresh store, once, and take one more record, which ingests the traces
+//! beside the file (`tests/slt/analyses/traces/`) as one run, with tags:
+//!
+//! ```text
+//! ingest <run> <trace>... [K=V]...
+//! ```
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
@@ -33,6 +41,12 @@ enum Expect {
         columns: usize,
         rowsort: bool,
         rows: Vec<String>,
+    },
+    /// Ingest these traces (paths relative to the file's `traces/`) as `run` with `tags`.
+    Ingest {
+        run: String,
+        traces: Vec<String>,
+        tags: Vec<(String, String)>,
     },
 }
 
@@ -61,6 +75,25 @@ fn parse(text: &str, file: &Path) -> Vec<Record> {
                 .unwrap_or_default()
         };
         let (is_query, expect) = match words.as_slice() {
+            ["ingest", run, rest @ ..] => {
+                let (tags, traces): (Vec<&str>, Vec<&str>) =
+                    rest.iter().partition(|w| w.contains('='));
+                records.push(Record {
+                    line: start,
+                    sql: String::new(),
+                    expect: Expect::Ingest {
+                        run: run.to_string(),
+                        traces: traces.iter().map(|t| t.to_string()).collect(),
+                        tags: tags
+                            .iter()
+                            .filter_map(|t| t.split_once('='))
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    },
+                });
+                i += 1;
+                continue;
+            }
             ["statement", "ok"] => (false, Expect::Ok),
             ["statement", "error", ..] => (false, Expect::Error(header_error("error"))),
             ["query", "error", ..] => (true, Expect::Error(header_error("error"))),
@@ -153,13 +186,42 @@ async fn run_sql(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>, St
     df.collect().await.map_err(|e| e.to_string())
 }
 
-async fn run_file(path: &Path, config: SessionConfig, label: &str) -> Vec<String> {
+/// Where a file's SQL runs: a plain session with the functions, or one over a store.
+enum Target {
+    Functions(SessionConfig),
+    Store,
+}
+
+async fn run_file(path: &Path, target: Target, label: &str) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
-    let ctx = SessionContext::new_with_config(config);
-    gpuq_query::functions::register_all(&ctx);
+    let dir = tempfile::tempdir().unwrap();
+    let store = gpuq_engine::Store::open(dir.path()).unwrap();
+    let mut ctx = match target {
+        Target::Functions(config) => {
+            let ctx = SessionContext::new_with_config(config);
+            gpuq_query::functions::register_all(&ctx);
+            ctx
+        }
+        Target::Store => gpuq_query::open_session(&store).await.unwrap(),
+    };
     let mut failures = Vec::new();
     for rec in parse(&text, path) {
         let at = format!("{}:{} [{label}]", path.display(), rec.line);
+        if let Expect::Ingest { run, traces, tags } = &rec.expect {
+            let traces_dir = path.parent().unwrap().join("traces");
+            let paths: Vec<PathBuf> = traces.iter().map(|t| traces_dir.join(t)).collect();
+            let opts = gpuq_ingest::IngestOptions {
+                run: Some(gpuq_engine::RunId::new(run).unwrap()),
+                tags: tags.clone(),
+                ..Default::default()
+            };
+            if let Err(e) = gpuq_ingest::ingest(&store, &paths, &opts, &gpuq_ingest::NoProgress) {
+                failures.push(format!("{at}: ingest failed: {e}"));
+                return failures;
+            }
+            ctx = gpuq_query::open_session(&store).await.unwrap();
+            continue;
+        }
         let result = run_sql(&ctx, &rec.sql).await;
         match (&rec.expect, result) {
             (Expect::Ok, Ok(_)) => {}
@@ -178,6 +240,7 @@ async fn run_file(path: &Path, config: SessionConfig, label: &str) -> Vec<String
                 rec.sql
             )),
             (Expect::Rows { .. }, Err(e)) => failures.push(format!("{at}: error {e}\n{}", rec.sql)),
+            (Expect::Ingest { .. }, _) => unreachable!("ingest records are run above"),
             (
                 Expect::Rows {
                     columns,
@@ -216,8 +279,10 @@ async fn run_file(path: &Path, config: SessionConfig, label: &str) -> Vec<String
     failures
 }
 
-fn slt_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slt");
+fn slt_files(sub: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/slt")
+        .join(sub);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -229,7 +294,7 @@ fn slt_files() -> Vec<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqllogictests() {
-    let files = slt_files();
+    let files = slt_files("");
     assert!(!files.is_empty(), "no .slt files");
     let only = std::env::var("SLT_FILTER").ok();
     let mut failures = Vec::new();
@@ -240,11 +305,22 @@ async fn sqllogictests() {
         {
             continue;
         }
-        failures.extend(run_file(path, SessionConfig::new(), "default").await);
+        let plain = Target::Functions(SessionConfig::new());
+        failures.extend(run_file(path, plain, "default").await);
         let small = SessionConfig::new()
             .with_batch_size(7)
             .with_target_partitions(4);
-        failures.extend(run_file(path, small, "batch_size=7,target_partitions=4").await);
+        let label = "batch_size=7,target_partitions=4";
+        failures.extend(run_file(path, Target::Functions(small), label).await);
+    }
+    for path in &slt_files("analyses") {
+        if only
+            .as_deref()
+            .is_some_and(|f| !path.to_string_lossy().contains(f))
+        {
+            continue;
+        }
+        failures.extend(run_file(path, Target::Store, "store").await);
     }
     assert!(
         failures.is_empty(),
