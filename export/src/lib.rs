@@ -33,8 +33,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::execution::context::SessionContext;
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use gpuq_query::analyses::StepRange;
 use std::io::Write;
 
@@ -507,18 +508,46 @@ impl Output<'_> {
     }
 }
 
-/// Runs `sql` and hands each batch of its result to `each` as the rows stream in.
+/// Runs `sql` and hands each batch of its result to `each` as the rows stream in, in an order
+/// that is the same on every export of the run (so are its packets and flow ids): the plan's
+/// partitions one after another, each read ahead [`READ_AHEAD`] batches while those before it
+/// are written. Round-robin repartitioning, whose interleaving depends on timing, is off.
 async fn for_each_batch(
     ctx: &SessionContext,
     sql: &str,
     mut each: impl FnMut(RecordBatch) -> Result<()>,
 ) -> Result<()> {
-    let mut stream = ctx.sql(sql).await?.execute_stream().await?;
-    while let Some(batch) = stream.next().await {
-        each(batch?)?;
+    let mut state = ctx.state();
+    state
+        .config_mut()
+        .options_mut()
+        .optimizer
+        .enable_round_robin_repartition = false;
+    let ordered = SessionContext::new_with_state(state);
+    let partitions = ordered.sql(sql).await?.execute_stream_partitioned().await?;
+    let mut readers = Vec::with_capacity(partitions.len());
+    for mut partition in partitions {
+        let (mut tx, rx) = futures::channel::mpsc::channel(READ_AHEAD);
+        let task = SpawnedTask::spawn(async move {
+            while let Some(batch) = partition.next().await {
+                if tx.send(batch).await.is_err() {
+                    break;
+                }
+            }
+        });
+        readers.push((rx, task));
+    }
+    // Dropping the readers (on an error) ends their tasks.
+    for (mut rx, _task) in readers {
+        while let Some(batch) = rx.next().await {
+            each(batch?)?;
+        }
     }
     Ok(())
 }
+
+/// Batches each partition of an export's query reads ahead of the writer.
+const READ_AHEAD: usize = 2;
 
 fn count(s: &mut Summary, items: &[Item<'_>]) {
     for item in items {
