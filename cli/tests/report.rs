@@ -1,10 +1,11 @@
 //! `gpuq report` through the binary: the page is self-contained (no network reference), its
-//! figures are the SQL functions' own (checked through the exact values the page carries), and
-//! a comparison against a baseline lists what changed.
+//! figures are the SQL functions' own (checked through the exact values the page carries), a
+//! comparison against a baseline lists what changed, and the sections of analyses a run holds
+//! no data for are left out.
 
 mod common;
 
-use common::{gpuq, ok, query_csv, stderr};
+use common::{gpuq, kineto_with_kernels, ok, query_csv, stderr};
 use std::path::Path;
 use std::process::Command;
 
@@ -41,6 +42,28 @@ fn attr_values<'a>(html: &'a str, name: &str) -> Vec<&'a str> {
         .skip(1)
         .map(|s| &s[..s.find('"').unwrap()])
         .collect()
+}
+
+/// The values that follow each `prefix` (up to the next quote) in `html`, in order.
+fn values_after<'a>(html: &'a str, prefix: &str) -> Vec<&'a str> {
+    html.split(prefix)
+        .skip(1)
+        .map(|s| &s[..s.find('"').unwrap()])
+        .collect()
+}
+
+/// A query's rows (the header left out).
+fn csv_rows(store: &Path, sql: &str) -> Vec<String> {
+    query_csv(store, sql)
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The ids of the page's sections, in order.
+fn section_ids(html: &str) -> Vec<&str> {
+    values_after(html, "<section id=\"")
 }
 
 /// The `data-ns` values of the page's elements whose text follows `marker`, in order.
@@ -209,11 +232,276 @@ fn a_report_is_one_offline_page_whose_figures_are_the_sql_functions() {
         );
     }
     assert!(html.contains("document.body.dataset.rendered='ok'"));
+    analyses_sections(&store, &html);
+    // With a step range, the sections follow it.
+    let first: i64 = csv_rows(&store, "select min(step) from step_stats('new')")[0]
+        .parse()
+        .unwrap();
+    let range = format!("{first}..{}", first + 1);
+    let part = dir.path().join("part.html");
+    ok(
+        &store,
+        &[
+            "report",
+            "new",
+            "--steps",
+            &range,
+            "-o",
+            part.to_str().unwrap(),
+        ],
+    );
+    let part = std::fs::read_to_string(&part).unwrap();
+    let memory = section_of(&part, "<section id=\"memory\"");
+    assert_eq!(
+        values_after(memory, "class=\"n peak\" data-value=\""),
+        csv_rows(
+            &store,
+            &format!(
+                "select peak_allocated from memory_usage('new', '{range}') where step is null \
+                 order by rank, device"
+            )
+        )
+    );
+    assert_eq!(values_after(memory, "<g class=\"mstep\"").len(), 2);
     // A missing run is an error that writes nothing.
     let none = dir.path().join("none.html");
     let o = gpuq(&store, &["report", "nope", "-o", none.to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(!none.exists());
+}
+
+/// The sections of the newer analyses on the generated run (allocator events with totals, an
+/// 8-rank all-reduce, module ranges, bf16 and fp32 kernels, launch calls; no serving markers):
+/// each figure is its SQL function's.
+fn analyses_sections(store: &Path, html: &str) {
+    let ids = section_ids(html);
+    for id in ["precision", "modules", "collectives", "memory", "overhead"] {
+        assert!(ids.contains(&id), "section {id} in {ids:?}");
+    }
+    assert!(!ids.contains(&"phases"), "no serving markers: {ids:?}");
+    assert!(
+        !html.contains("id=\"not-recorded\""),
+        "everything is recorded"
+    );
+    // Memory: the peak per device, then each step's peak.
+    let memory = section_of(html, "<section id=\"memory\"");
+    let peaks = csv_rows(
+        store,
+        "select peak_allocated from memory_usage('new') where step is null order by rank, device",
+    );
+    assert!(!peaks.is_empty());
+    assert_eq!(
+        values_after(memory, "class=\"n peak\" data-value=\""),
+        peaks
+    );
+    let steps = csv_rows(
+        store,
+        "select step, peak_allocated from memory_usage('new') where step is not null \
+         and device is not null order by rank, device, step",
+    );
+    let bars: Vec<String> = memory
+        .split("<g class=\"mstep\"")
+        .skip(1)
+        .map(|g| {
+            let g = &g[..g.find('>').unwrap()];
+            format!(
+                "{},{}",
+                attr_values(g, "data-step")[0],
+                attr_values(g, "data-value")[0]
+            )
+        })
+        .collect();
+    assert_eq!(bars, steps);
+    // Collectives: per kind its calls, total time and bytes.
+    let collectives = section_of(html, "<section id=\"collectives\"");
+    let want = csv_rows(
+        store,
+        "select count(*), sum(dur), sum(bytes) from collectives('new') \
+         group by coalesce(collective, name), algorithm, protocol, group_size order by sum(dur) desc",
+    );
+    let rows: Vec<String> = collectives
+        .split("<tr class=\"coll\">")
+        .skip(1)
+        .map(|r| {
+            let values = attr_values(r, "data-value");
+            format!(
+                "{},{},{}",
+                values[1],
+                attr_values(r, "data-ns")[0],
+                values[2]
+            )
+        })
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(rows, want);
+    assert!(collectives.contains("allreduce"));
+    // Precision: time per precision in the bar, then the fp32 and fp64 kernels.
+    let precision = section_of(html, "<section id=\"precision\"");
+    let bar = &precision[..precision.find("</div></div>").unwrap()];
+    let want = csv_rows(
+        store,
+        "select sum(gpu_time) from precision('new') group by coalesce(dtype, 'unknown') \
+         order by sum(gpu_time) desc, coalesce(dtype, 'unknown')",
+    );
+    assert_eq!(attr_values(bar, "data-ns"), want);
+    assert!(bar.contains("bf16") && bar.contains("fp32"), "{bar}");
+    let table = &precision[precision.find("<table").unwrap()..];
+    let want = csv_rows(
+        store,
+        "select gpu_time from precision('new') where dtype in ('fp32', 'fp64') \
+         order by gpu_time desc, name limit 10",
+    );
+    assert_eq!(attr_values(table, "data-ns"), want);
+    // Modules: the bar adds up to the run's kernel time; the table is the rows with most time.
+    let modules = section_of(html, "<section id=\"modules\"");
+    let (bar, table) = modules.split_at(modules.find("<table").unwrap());
+    let total: i64 = csv_rows(store, "select sum(gpu_time) from module_breakdown('new')")[0]
+        .parse()
+        .unwrap();
+    let shown: i64 = attr_values(bar, "data-ns")
+        .iter()
+        .map(|v| v.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(shown, total);
+    let want = csv_rows(
+        store,
+        "select gpu_time from module_breakdown('new') order by gpu_time desc, module, pass limit 10",
+    );
+    assert_eq!(attr_values(table, "data-ns"), want);
+    assert!(table.contains("GPT_0"));
+    // Overhead: each launch API's median call.
+    let overhead = section_of(html, "<section id=\"overhead\"");
+    let want = csv_rows(
+        store,
+        "select med from profiler_overhead('new') where kind = 'launch_calls' \
+         order by rank, total desc, name",
+    );
+    let shown = values_after(overhead, "class=\"launch-med\" data-value=\"");
+    assert_eq!(shown.len(), want.len());
+    for (s, w) in shown.iter().zip(&want) {
+        assert_eq!(s.parse::<f64>().unwrap(), w.parse::<f64>().unwrap());
+    }
+}
+
+/// A serving engine's steps: a prefill, then decode steps of 4 requests, each marker around
+/// two launches whose kernels run on after it.
+fn serving_trace(path: &Path) {
+    let mut events = Vec::new();
+    let mut correlation = 0;
+    for i in 0..6i64 {
+        let ts = 1000 + 1000 * i;
+        let name = if i == 0 {
+            "step[EXTEND bs=2 toks=512]"
+        } else {
+            "step[DECODE bs=4]"
+        };
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 1, "tid": 1, "ts": {ts}, "dur": 50}}"#
+        ));
+        for k in 0..2 {
+            correlation += 1;
+            events.push(format!(
+                r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {}, "dur": 5, "args": {{"correlation": {correlation}}}}}"#,
+                ts + 10 + 15 * k
+            ));
+            events.push(format!(
+                r#"{{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": {}, "dur": {}, "args": {{"device": 0, "stream": 7, "correlation": {correlation}}}}}"#,
+                ts + 20 + 100 * k + i,
+                90 + 3 * i
+            ));
+        }
+    }
+    std::fs::write(
+        path,
+        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n")),
+    )
+    .unwrap();
+}
+
+#[test]
+fn sections_without_data_are_left_out_and_serving_steps_show_their_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    // Kernels alone: no allocator events, collectives, markers, modules, known precision or
+    // launch calls.
+    let bare = dir.path().join("bare.json");
+    kineto_with_kernels(&bare, &["gemm", "my_kernel"]);
+    ok(
+        &store,
+        &["ingest", "-q", bare.to_str().unwrap(), "--run", "bare"],
+    );
+    let out = dir.path().join("bare.html");
+    ok(&store, &["report", "bare", "-o", out.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    let ids = section_ids(&html);
+    for id in [
+        "memory",
+        "collectives",
+        "phases",
+        "modules",
+        "precision",
+        "overhead",
+    ] {
+        assert!(!ids.contains(&id), "section {id} in {ids:?}");
+    }
+    for id in ["facts", "breakdown", "top", "findings"] {
+        assert!(ids.contains(&id), "section {id} missing from {ids:?}");
+    }
+    // One muted line says what to record.
+    let facts = section_of(&html, "<section id=\"facts\"");
+    assert!(
+        facts.contains("id=\"not-recorded\"")
+            && facts.contains("torch.profiler.profile(profile_memory=True)")
+            && facts.contains("with_stack=True"),
+        "{facts}"
+    );
+    // Serving steps: per phase the steady steps' median latency and time per token, then each
+    // step's latency.
+    let serve = dir.path().join("serve.json");
+    serving_trace(&serve);
+    ok(
+        &store,
+        &["ingest", "-q", serve.to_str().unwrap(), "--run", "serve"],
+    );
+    let out = dir.path().join("serve.html");
+    ok(&store, &["report", "serve", "-o", out.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    let phases = section_of(&html, "<section id=\"phases\"");
+    let want = csv_rows(
+        &store,
+        "select phase, count(*), cast(median(latency) as bigint), \
+         cast(sum(latency) / sum(tokens) as bigint) from inference_phases('serve') \
+         where coalesce(steady, true) group by phase order by phase",
+    );
+    assert_eq!(want.len(), 2, "{want:?}");
+    let rows: Vec<String> = phases
+        .split("<tr class=\"phase\"")
+        .skip(1)
+        .map(|r| {
+            let r = &r[..r.find("</tr>").unwrap()];
+            let ns = attr_values(r, "data-ns");
+            format!(
+                "{},{},{},{}",
+                attr_values(r, "data-phase")[0],
+                attr_values(r, "data-value")[0],
+                ns[0],
+                ns[1]
+            )
+        })
+        .collect();
+    assert_eq!(rows, want);
+    let latencies: Vec<String> = phases
+        .split("<tr class=\"pstep\"")
+        .skip(1)
+        .map(|r| attr_values(r, "data-ns")[0].to_string())
+        .collect();
+    assert_eq!(
+        latencies,
+        csv_rows(
+            &store,
+            "select latency from inference_phases('serve') order by rank, ts"
+        )
+    );
 }
 
 /// A headless Chromium (Debian's `chromium-headless-shell` or `chromium`); when missing the

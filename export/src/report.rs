@@ -1,16 +1,20 @@
 //! `gpuq report`: one self-contained HTML page per run (and, with a baseline, per
 //! comparison) that shows where the time went: the run's facts, the breakdown, top kernels
-//! and kernel classes, time per step with outliers marked, idle gaps by cause, each GPU's
-//! utilisation over the run, a zoomable timeline of a window ([`timeline`]), the findings
-//! with their evidence and action (and their moment on the timeline), and what changed
-//! against the baseline.
+//! and kernel classes, time per precision, GPU time per module, time per step with outliers
+//! marked, serving phases, idle gaps by cause, collectives, each GPU's utilisation over the
+//! run, a zoomable timeline of a window ([`timeline`]), the allocator's memory, the profiler's
+//! overhead, the findings with their evidence and action (and their moment on the timeline),
+//! and what changed against the baseline. The sections of analyses a run holds no data for
+//! (no module ranges, no allocator events...) are left out ([`sections`]).
 //!
 //! Every figure comes from the SQL functions (`breakdown`, `top_kernels`, `step_stats`,
-//! `gpu_gaps`, `findings`, `compare`), and each carries its exact value in a `data-ns` or
+//! `gpu_gaps`, `precision`, `module_breakdown`, `inference_phases`, `collectives`,
+//! `memory_usage`, `profiler_overhead`, `findings`, `compare`), and each carries its exact value in a `data-ns` or
 //! `data-value` attribute, so a test (or a script) can check the page against SQL. Charts are
 //! inline SVG and the page's little script sorts tables and zooms the timeline: it opens
 //! offline, with no network request, and prints.
 
+mod sections;
 mod timeline;
 
 use crate::{sql_text, ExportError, Result};
@@ -296,6 +300,15 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         ),
         None => None,
     };
+    // The analyses a run may hold no data for: each is None then.
+    let kineto = facts.get(0, "format") == Some("kineto");
+    let steps_sql = with_steps(", ");
+    let precision = sections::precision(ctx, &run, &steps_sql, kineto).await;
+    let modules = sections::modules(ctx, &run, &steps_sql).await;
+    let phases = sections::phases(ctx, &run, &steps_sql).await;
+    let collectives = sections::collectives(ctx, &run, &steps_sql).await;
+    let memory = sections::memory(ctx, &run, &steps_sql).await;
+    let overhead = sections::overhead(ctx, &run, &steps_sql).await;
 
     let mut h = String::with_capacity(64 << 10);
     let title = match &opts.baseline {
@@ -315,7 +328,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         "<section id=\"facts\"><table class=\"facts\">\
          <tr><th>GPUs</th><td>{}</td><th>ranks</th><td>{}</td><th>steps</th><td>{}</td></tr>\
          <tr><th>span</th><td data-ns=\"{span}\">{}</td><th>events</th><td>{}</td><th>kernels</th><td>{}</td></tr>\
-         <tr><th>format</th><td>{}</td><th>warnings</th><td>{}</td><th>steps shown</th><td>{}</td></tr></table></section>\n",
+         <tr><th>format</th><td>{}</td><th>warnings</th><td>{}</td><th>steps shown</th><td>{}</td></tr></table>{}</section>\n",
         esc(facts.get(0, "gpus").unwrap_or("?")),
         esc(facts.get(0, "ranks").unwrap_or("?")),
         steps.rows.len(),
@@ -325,6 +338,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         esc(facts.get(0, "format").unwrap_or("?")),
         esc(facts.get(0, "warnings").unwrap_or("0")),
         esc(opts.steps.as_deref().unwrap_or("all")),
+        not_recorded(kineto, memory.is_none(), modules.is_none()),
     );
     // Breakdown.
     h.push_str("<section id=\"breakdown\"><h2>Where the GPU time went</h2>\n");
@@ -409,6 +423,8 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         "<h3>Kernel time by class</h3><div id=\"classes\">{}</div></section>\n",
         stacked_bar(&parts, class_total)
     );
+    h.push_str(precision.as_deref().unwrap_or(""));
+    h.push_str(modules.as_deref().unwrap_or(""));
     // Steps.
     h.push_str("<section id=\"steps\"><h2>Time per step</h2>\n");
     if steps.rows.is_empty() {
@@ -417,6 +433,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         h.push_str(&steps_chart(&steps));
     }
     h.push_str("</section>\n");
+    h.push_str(phases.as_deref().unwrap_or(""));
     // Gaps.
     h.push_str("<section id=\"gaps\"><h2>Idle gaps by cause</h2>\n");
     let gap_total: i64 = (0..gaps.rows.len())
@@ -445,6 +462,7 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
         h.push_str(&stacked_bar(&parts, gap_total));
     }
     h.push_str("</section>\n");
+    h.push_str(collectives.as_deref().unwrap_or(""));
     // Utilisation and the timeline.
     let _ = write!(
         h,
@@ -459,6 +477,8 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
             timeline::timeline(ctx, &opts.run, w, &findings).await?
         );
     }
+    h.push_str(memory.as_deref().unwrap_or(""));
+    h.push_str(overhead.as_deref().unwrap_or(""));
     // Findings.
     h.push_str("<section id=\"findings\"><h2>Findings</h2>\n");
     if findings.rows.is_empty() {
@@ -551,6 +571,28 @@ pub async fn report(ctx: &SessionContext, opts: &ReportOptions) -> Result<String
     Ok(h)
 }
 
+/// A muted line under the facts naming what a PyTorch trace did not record and how to record
+/// it (allocator events, module ranges); empty when nothing is missing or the trace is not
+/// PyTorch's.
+fn not_recorded(kineto: bool, no_memory: bool, no_modules: bool) -> String {
+    let mut missing = Vec::new();
+    if kineto && no_memory {
+        missing.push(
+            "the allocator's memory (<code>torch.profiler.profile(profile_memory=True)</code>)",
+        );
+    }
+    if kineto && no_modules {
+        missing.push("<code>nn.Module</code> ranges (<code>with_stack=True</code>)");
+    }
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<p class=\"note\" id=\"not-recorded\">Not recorded in this trace: {}.</p>",
+        missing.join("; ")
+    )
+}
+
 /// Bars of each step's duration (first rank's steps; steps of other ranks as a dot), busy part
 /// darker, outliers (more than 1.2 times the median) marked.
 fn steps_chart(steps: &Table) -> String {
@@ -600,7 +642,7 @@ const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;m
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}h3{font-size:15px}\
 table{border-collapse:collapse;width:100%;table-layout:fixed}.note{color:#555;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}\
 th{cursor:pointer;background:#f6f6f6}.n{text-align:right;white-space:nowrap}.name{overflow:hidden;text-overflow:ellipsis;white-space:nowrap}\
-.facts th{width:10%;cursor:default}.facts{table-layout:auto}.bar{width:100%;height:28px;display:block}.steps{width:100%;height:170px}\
+.facts th{width:10%;cursor:default}.facts{table-layout:auto}.bar{width:100%;height:28px;display:block}.steps{width:100%;height:170px}.mem{width:100%;height:64px;display:block;margin-bottom:6px}.ovh{font-size:13px;margin:4px 0}\
 .legend span{margin-right:14px;white-space:nowrap;font-size:13px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}\
 .row{margin:10px 0}.label{font-size:13px;margin-bottom:2px}.share{display:inline-block;height:9px;background:#4e79a7;margin-right:6px}\
 .finding{border-left:4px solid #bab0ac;padding:6px 10px;margin:10px 0;background:#fafafa}.finding.high{border-color:#e15759}.finding.medium{border-color:#f28e2b}\

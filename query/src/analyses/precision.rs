@@ -12,7 +12,8 @@
 //!    the `Input type`s of the innermost operator around its launch call that has one (PyTorch
 //!    records them with `record_shapes=True`).
 //!
-//! Otherwise `dtype` is NULL. Precisions, narrowest first: `fp8`, `int8`, `bf16`, `fp16`,
+//! NCCL/RCCL kernels of collectives that do not reduce move bytes as `int8_t` whatever the data
+//! is; that is not their precision, so they take their operator's. Otherwise `dtype` is NULL. Precisions, narrowest first: `fp8`, `int8`, `bf16`, `fp16`,
 //! `tf32`, `fp32`, `fp64`. Columns per (kernel name, dtype): `class`, `dtype`, `source`, `op`
 //! (the operator with most of its time), `gpu_time`, `kernels`, `share` (% of the run's kernel
 //! time); by `gpu_time`. With a step range the kernels that start in those steps count.
@@ -148,6 +149,12 @@ pub fn precision_of_kernel(name: &str) -> Option<Precision> {
         if word.starts_with("i8") || word.contains("_i8") || word == "s8" {
             take(Precision::Int8);
         }
+    }
+    // NCCL and RCCL move the bytes of collectives that do not reduce (send/recv, broadcast,
+    // all-gather) as int8 whatever the data is: `ncclKernel_Broadcast_RING_LL_Sum_int8_t`
+    // broadcasts floats. Their int8 is the wire, not the precision.
+    if best == Some(Precision::Int8) && (lower.contains("nccl") || lower.contains("rccl")) {
+        return None;
     }
     best
 }
@@ -319,6 +326,30 @@ async fn compute(ctx: SessionContext, call: Call) -> Result<Vec<RecordBatch>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nccl_byte_transport_is_no_precision() {
+        assert_eq!(
+            precision_of_kernel("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*)"),
+            None
+        );
+        assert_eq!(
+            precision_of_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)"),
+            None
+        );
+        assert_eq!(
+            precision_of_kernel(
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+            ),
+            Some(Precision::Bf16)
+        );
+        assert_eq!(
+            precision_of_kernel(
+                "void cutlass::Kernel<cutlass_80_tensorop_i16832gemm_s8_128x128>(Params)"
+            ),
+            Some(Precision::Int8)
+        );
+    }
     use Precision::*;
 
     #[test]
