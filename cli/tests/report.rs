@@ -312,7 +312,7 @@ fn analyses_sections(store: &Path, html: &str) {
         })
         .collect();
     assert_eq!(bars, steps);
-    // Collectives: per kind its calls, total time and bytes.
+    // Collectives: per kind its kernels, total time and bytes.
     let collectives = section_of(html, "<section id=\"collectives\"");
     let want = csv_rows(
         store,

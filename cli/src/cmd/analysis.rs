@@ -241,6 +241,23 @@ pub(super) async fn overhead(
     analysis(store_path, run, &sql, format).await
 }
 
+/// The first two counts of `sql`'s first row (0 where absent).
+async fn first_row_counts(
+    ctx: &datafusion::execution::context::SessionContext,
+    sql: &str,
+) -> anyhow::Result<(i64, i64)> {
+    let batches = ctx.sql(sql).await?.collect().await?;
+    let n = |i: usize| {
+        batches.first().and_then(|b| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .map(|a| a.value(0))
+        })
+    };
+    Ok((n(0).unwrap_or(0), n(1).unwrap_or(0)))
+}
+
 /// `gpuq memory`: the allocator's peak per device over the selection, then per step.
 pub(super) async fn memory(
     store_path: &Path,
@@ -278,22 +295,12 @@ pub(super) async fn memory(
     let count = format!(
         "SELECT count(*), count(*) FILTER (WHERE relative) FROM ({sql}) WHERE step IS NULL"
     );
-    let batches = ctx.sql(&count).await?.collect().await?;
-    let counts = batches.first().map(|b| {
-        let n = |i: usize| {
-            b.column(i)
-                .as_any()
-                .downcast_ref::<datafusion::arrow::array::Int64Array>()
-                .map_or(0, |a| a.value(0))
-        };
-        (n(0), n(1))
-    });
-    match counts {
-        Some((0, _)) => eprintln!(
+    match first_row_counts(&ctx, &count).await? {
+        (0, _) => eprintln!(
             "note: run {run} has no allocator events: PyTorch records them with \
              torch.profiler.profile(profile_memory=True)"
         ),
-        Some((_, relative)) if relative > 0 => eprintln!(
+        (_, relative) if relative > 0 => eprintln!(
             "note: this trace records each allocation's size but not the totals (PyTorch before \
              1.10): levels count from 0 at its first event, so only differences between them \
              mean something"
@@ -362,47 +369,21 @@ pub(super) async fn collectives(
     if format != OutputFormat::Table {
         return analysis(store_path, run, &sql, format).await;
     }
-    let key = "coalesce(collective, name) AS collective, algorithm, protocol, group_size";
-    let same = |a: &str| format!("(k.{a} IS NOT DISTINCT FROM m.{a})");
-    // A call's last rank is on the row whose rank is that last rank: one row per call.
+    let kinds = analyses::collectives::kinds_sql(&sql);
     let table = format!(
-        "WITH k AS (SELECT {key}, * EXCLUDE (collective, algorithm, protocol, group_size) \
-         FROM ({sql})), \
-         l AS (SELECT collective, algorithm, protocol, group_size, last_rank, count(*) AS n \
-         FROM k WHERE rank = last_rank GROUP BY 1, 2, 3, 4, 5), \
-         m AS (SELECT collective, algorithm, protocol, group_size, \
-         first_value(last_rank ORDER BY n DESC, last_rank) AS last_rank, max(n) AS n \
-         FROM l GROUP BY 1, 2, 3, 4) \
-         SELECT k.collective, k.algorithm, k.protocol, k.group_size, count(*) AS kernels, \
-         fmt_dur(sum(k.dur)) AS total, round(sum(k.bytes) / 1048576.0, 1) AS mib, \
-         round(median(k.busbw_gbps), 2) AS busbw_gbps, \
-         round(median(k.busbw_transfer_gbps), 2) AS transfer_busbw, \
-         round(100.0 * sum(k.wait) / sum(k.dur) FILTER (WHERE k.wait IS NOT NULL), 1) \
-         AS wait_pct, min(m.last_rank) AS last_rank, min(m.n) AS last_calls \
-         FROM k LEFT JOIN m ON k.collective = m.collective AND {} AND {} AND {} \
-         GROUP BY 1, 2, 3, 4 ORDER BY sum(k.dur) DESC",
-        same("algorithm"),
-        same("protocol"),
-        same("group_size"),
+        "SELECT collective, algorithm, protocol, group_size, kernels, fmt_dur(total) AS total, \
+         round(bytes / 1048576.0, 1) AS mib, round(busbw_gbps, 2) AS busbw_gbps, \
+         round(transfer_busbw_gbps, 2) AS transfer_busbw, round(wait_pct, 1) AS wait_pct, \
+         last_rank, last_calls FROM ({kinds})"
     );
     let ctx = session_with_run(store_path, run).await?;
     let failed = run_sql_text(&ctx, &table, format, &mut std::io::stdout()).await;
     let unsized_sql = format!(
         "SELECT count(*), count(*) FILTER (WHERE bytes IS NULL AND name ILIKE '%ccl%') FROM ({sql})"
     );
-    let batches = ctx.sql(&unsized_sql).await?.collect().await?;
-    let counts = batches.first().map(|b| {
-        let n = |i: usize| {
-            b.column(i)
-                .as_any()
-                .downcast_ref::<datafusion::arrow::array::Int64Array>()
-                .map_or(0, |a| a.value(0))
-        };
-        (n(0), n(1))
-    });
-    match counts {
-        Some((0, _)) => eprintln!("note: run {run} has no communication kernels"),
-        Some((_, n)) if n > 0 => eprintln!(
+    match first_row_counts(&ctx, &unsized_sql).await? {
+        (0, _) => eprintln!("note: run {run} has no communication kernels"),
+        (_, n) if n > 0 => eprintln!(
             "note: {n} NCCL kernel(s) have no message size: the PyTorch that wrote this trace did \
              not record `In msg nelems`, `dtype` and `Group size` (newer versions do, on the \
              record_param_comms operator or the kernel)"

@@ -409,35 +409,16 @@ pub async fn phases(ctx: &SessionContext, run: &str, steps: &str) -> Option<Stri
     Some(h)
 }
 
-/// Per kind of collective its calls, time, bytes, bus bandwidth (over the kernel and over the
+/// Per kind of collective its kernels, time, bytes, bus bandwidth (over the kernel and over the
 /// transfer), share of time waiting and the rank that came last most often. Only for runs with
 /// communication kernels.
 pub async fn collectives(ctx: &SessionContext, run: &str, steps: &str) -> Option<String> {
     let rows_sql = format!("SELECT * FROM collectives({run}{steps})");
-    let key = "coalesce(collective, name) AS collective, algorithm, protocol, group_size";
-    let same = |a: &str| format!("(k.{a} IS NOT DISTINCT FROM m.{a})");
-    // A call's last rank is on the row whose rank is that last rank: one row per call.
     let kinds = fetch(
         ctx,
         &format!(
-            "WITH k AS (SELECT {key}, * EXCLUDE (collective, algorithm, protocol, group_size) \
-             FROM ({rows_sql})), \
-             l AS (SELECT collective, algorithm, protocol, group_size, last_rank, count(*) AS n \
-             FROM k WHERE rank = last_rank GROUP BY 1, 2, 3, 4, 5), \
-             m AS (SELECT collective, algorithm, protocol, group_size, \
-             first_value(last_rank ORDER BY n DESC, last_rank) AS last_rank, max(n) AS n \
-             FROM l GROUP BY 1, 2, 3, 4) \
-             SELECT k.collective, short_name(k.collective) AS short, k.algorithm, k.protocol, k.group_size, count(*) AS kernels, \
-             sum(k.dur) AS total, sum(k.bytes) AS bytes, median(k.busbw_gbps) AS busbw, \
-             median(k.busbw_transfer_gbps) AS transfer_busbw, \
-             100.0 * sum(k.wait) / sum(k.dur) FILTER (WHERE k.wait IS NOT NULL) AS wait_pct, \
-             min(m.last_rank) AS last_rank, min(m.n) AS last_calls \
-             FROM k LEFT JOIN m ON k.collective = m.collective AND {} AND {} AND {} \
-             GROUP BY k.collective, k.algorithm, k.protocol, k.group_size \
-             ORDER BY total DESC, k.collective, k.algorithm, k.protocol, k.group_size",
-            same("algorithm"),
-            same("protocol"),
-            same("group_size"),
+            "SELECT *, short_name(collective) AS short FROM ({})",
+            gpuq_query::analyses::collectives::kinds_sql(&rows_sql)
         ),
     )
     .await?;
@@ -449,7 +430,7 @@ pub async fn collectives(ctx: &SessionContext, run: &str, steps: &str) -> Option
         ("algorithm", false, 8),
         ("protocol", false, 7),
         ("ranks", true, 5),
-        ("calls", true, 6),
+        ("kernels", true, 6),
         ("total", true, 8),
         ("data", true, 8),
         ("bus GB/s", true, 7),
@@ -479,8 +460,8 @@ pub async fn collectives(ctx: &SessionContext, run: &str, steps: &str) -> Option
             kinds.int(i, "kernels").unwrap_or(0),
             ns_cell(kinds.int(i, "total")),
             bytes_cell("", kinds.int(i, "bytes")),
-            value_cell(&kinds, i, "busbw", |v| format!("{v:.1}")),
-            value_cell(&kinds, i, "transfer_busbw", |v| format!("{v:.1}")),
+            value_cell(&kinds, i, "busbw_gbps", |v| format!("{v:.1}")),
+            value_cell(&kinds, i, "transfer_busbw_gbps", |v| format!("{v:.1}")),
             value_cell(&kinds, i, "wait_pct", |v| format!("{v:.1}%")),
         );
     }

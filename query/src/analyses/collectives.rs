@@ -65,6 +65,38 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+/// The query that sums `rows` (a `collectives(...)` query) per kind of collective: the
+/// collective (or the kernel name where it is not known), `algorithm`, `protocol` and
+/// `group_size`, with `kernels`, `total` (ns), `bytes`, the median `busbw_gbps` over the
+/// kernel and `transfer_busbw_gbps` over the transfer, `wait_pct` (waiting's share of the
+/// time of the kernels matched across ranks), and the rank that came last in most calls
+/// (`last_rank`) with how many (`last_calls`); by total time. What `gpuq collectives` and the
+/// report print.
+pub fn kinds_sql(rows: &str) -> String {
+    let same = |a: &str| format!("(k.{a} IS NOT DISTINCT FROM m.{a})");
+    // A call's last rank is on the row whose rank is that last rank: one row per call.
+    format!(
+        "WITH k AS (SELECT coalesce(collective, name) AS collective, algorithm, protocol, \
+         group_size, * EXCLUDE (collective, algorithm, protocol, group_size) FROM ({rows})), \
+         l AS (SELECT collective, algorithm, protocol, group_size, last_rank, count(*) AS n \
+         FROM k WHERE rank = last_rank GROUP BY 1, 2, 3, 4, 5), \
+         m AS (SELECT collective, algorithm, protocol, group_size, \
+         first_value(last_rank ORDER BY n DESC, last_rank) AS last_rank, max(n) AS n \
+         FROM l GROUP BY 1, 2, 3, 4) \
+         SELECT k.collective, k.algorithm, k.protocol, k.group_size, count(*) AS kernels, \
+         sum(k.dur) AS total, sum(k.bytes) AS bytes, median(k.busbw_gbps) AS busbw_gbps, \
+         median(k.busbw_transfer_gbps) AS transfer_busbw_gbps, \
+         100.0 * sum(k.wait) / sum(k.dur) FILTER (WHERE k.wait IS NOT NULL) AS wait_pct, \
+         min(m.last_rank) AS last_rank, min(m.n) AS last_calls \
+         FROM k LEFT JOIN m ON k.collective = m.collective AND {} AND {} AND {} \
+         GROUP BY k.collective, k.algorithm, k.protocol, k.group_size \
+         ORDER BY total DESC, k.collective, k.algorithm, k.protocol, k.group_size",
+        same("algorithm"),
+        same("protocol"),
+        same("group_size"),
+    )
+}
+
 pub static COLLECTIVES: Spec = Spec::of_run("collectives", schema, |ctx, call| {
     compute(ctx, call).boxed()
 });
