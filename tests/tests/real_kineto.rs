@@ -42,11 +42,7 @@ struct Expected {
 }
 
 fn expected(path: &Path) -> Expected {
-    let mut text = Vec::new();
-    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_end(&mut text)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let v = raw_trace(path);
     let mut kernels = BTreeMap::new();
     let mut kinds = BTreeMap::new();
     for e in v["traceEvents"].as_array().unwrap() {
@@ -328,12 +324,7 @@ fn independent_gemm_attribution(path: &Path) -> BTreeMap<String, [i64; 4]> {
         "aten::linear",
         "aten::matmul",
     ];
-    let mut text = Vec::new();
-    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_end(&mut text)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
-    let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+    let v = raw_trace(path);
     let dims = |e: &serde_json::Value, i: usize| -> Option<Vec<i64>> {
         e["args"]["Input Dims"][i]
             .as_array()
@@ -556,6 +547,20 @@ async fn module_breakdown_matches_an_independent_attribution_on_real_traces() {
     }
 }
 
+/// A gzipped Kineto trace's JSON, parsed with serde_json (the independent side of a test).
+fn raw_trace(path: &Path) -> serde_json::Value {
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut text)
+        .unwrap();
+    serde_json::from_slice(&text).unwrap()
+}
+
+/// A JSON number of microseconds in exact integer nanoseconds.
+fn ns(x: &serde_json::Value) -> i64 {
+    (x.as_f64().unwrap() * 1000.0).round() as i64
+}
+
 /// Ingests one trace as run `run`.
 fn ingest_as(store: &Store, path: &Path, run: &str) {
     let opts = IngestOptions {
@@ -574,12 +579,7 @@ fn ingest_as(store: &Store, path: &Path, run: &str) {
 /// Per (module path, pass): (kernel ns, kernels), from the raw JSON with serde_json, by brute
 /// force: every module range and backward node is tested against every launch.
 fn independent_module_attribution(path: &Path) -> BTreeMap<(String, String), (i64, i64)> {
-    let mut text = Vec::new();
-    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_end(&mut text)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
-    let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+    let v = raw_trace(path);
     type Span = (i64, i64);
     let within = |outer: Span, inner: Span| outer.0 <= inner.0 && inner.1 <= outer.1;
     let mut modules: BTreeMap<(i64, i64), Vec<(Span, String)>> = BTreeMap::new();
@@ -741,12 +741,7 @@ async fn precision_matches_an_independent_attribution_on_real_traces() {
         let path = dir.join(name);
         let run = format!("prec{i}");
         ingest_as(&store, &path, &run);
-        let mut text = Vec::new();
-        flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_end(&mut text)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
-        let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+        let v = raw_trace(&path);
         let mut ops: Vec<((i64, i64), i64, i64, String)> = Vec::new();
         let mut launches: BTreeMap<i64, ((i64, i64), i64, i64)> = BTreeMap::new();
         let mut kernels: Vec<(String, i64, Option<i64>)> = Vec::new();
@@ -905,12 +900,7 @@ struct MemoryExpected {
 
 /// (device or -1 for host, step or -1 for the whole run) -> the row `memory_usage` must give.
 fn independent_memory_usage(path: &Path) -> BTreeMap<(i64, i64), MemoryExpected> {
-    let mut text = Vec::new();
-    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_end(&mut text)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
-    let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+    let v = raw_trace(path);
     let events = v["traceEvents"].as_array().unwrap();
     // Legacy traces write operators' tids as strings, allocator events' as numbers.
     let id = |x: &serde_json::Value| x.as_i64().or_else(|| x.as_str()?.parse().ok());
@@ -1028,12 +1018,7 @@ async fn inference_phases_match_the_markers_and_their_gpu_work_on_real_traces() 
         let path = dir.join(name);
         let run = format!("serve{i}");
         ingest_as(&store, &path, &run);
-        let mut text = Vec::new();
-        flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_end(&mut text)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
-        let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+        let v = raw_trace(&path);
         let events = v["traceEvents"].as_array().unwrap();
         let span = |e: &serde_json::Value| (ns(&e["ts"]), ns(&e["ts"]) + ns(&e["dur"]));
         let thread = |e: &serde_json::Value| (e["pid"].as_i64(), e["tid"].as_i64());
