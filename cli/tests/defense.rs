@@ -32,19 +32,25 @@ fn newest_manifest(store: &Path) -> PathBuf {
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter(|p| !p.to_string_lossy().ends_with(".checkpoint.json"))
         .collect();
     names.sort();
     names.remove(0)
 }
 
-/// Writes the next manifest version: the newest one, changed by `change`.
+/// Writes the next manifest version: the newest commit (a log entry that put run `r`) again
+/// as the next version, its run `r` changed by `change`.
 fn craft_next_manifest(store: &Path, change: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
     let newest = newest_manifest(store);
     let mut m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&newest).unwrap()).unwrap();
     let version = m["version"].as_u64().unwrap() + 1;
     m["version"] = version.into();
-    change(&mut m);
+    assert!(
+        m["put"]["r"].is_object(),
+        "the newest commit puts run r: {m}"
+    );
+    change(&mut m["put"]["r"]);
     let path = store
         .join("_manifest")
         .join(format!("{:020}.json", u64::MAX - version));
@@ -177,7 +183,7 @@ fn a_crafted_part_size_or_path_is_refused_before_anything_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_with_a_run(dir.path());
     craft_next_manifest(&store, |m| {
-        m["runs"]["r"]["files"][0]["size"] = u64::MAX.into();
+        m["files"][0]["size"] = u64::MAX.into();
     });
     let o = gpuq(&store, &["query", "SELECT count(*) FROM events"]);
     assert!(!o.status.success());
@@ -187,7 +193,7 @@ fn a_crafted_part_size_or_path_is_refused_before_anything_is_read() {
         stderr(&o)
     );
     craft_next_manifest(&store, |m| {
-        m["runs"]["r"]["files"][0]["path"] = "../../../../etc/passwd".into();
+        m["files"][0]["path"] = "../../../../etc/passwd".into();
     });
     let o = gpuq(&store, &["query", "SELECT count(*) FROM events"]);
     assert!(!o.status.success());

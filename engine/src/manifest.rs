@@ -1,12 +1,15 @@
 //! The manifest: the complete, versioned list of runs and their files.
 //!
-//! Each committed version is a full snapshot (not a delta), so a reader needs exactly one file.
-//! At a few thousand files a snapshot is well under a megabyte of JSON.
+//! This is the state of one version. How versions are kept on disk (a log of the changes of
+//! each commit, with periodic checkpoints of the whole state) is [`crate::store`]'s `log`.
+//! Run entries are shared between versions ([`Arc`]): the next version is a cheap copy of the
+//! newest, a commit changes the few runs it touches, and what it changed is told by pointer.
 
 use crate::run_id::RunId;
 use crate::schema::TableKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One committed version of the store.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -14,7 +17,8 @@ pub struct Manifest {
     pub version: u64,
     /// Next free sequence number for data file names; never reused.
     pub next_file_seq: u64,
-    pub runs: BTreeMap<RunId, RunEntry>,
+    #[serde(with = "shared_runs")]
+    pub runs: BTreeMap<RunId, Arc<RunEntry>>,
     /// Files dropped by a commit, deleted once no reader can still be using them.
     #[serde(default)]
     pub tombstones: Vec<Tombstone>,
@@ -23,6 +27,29 @@ pub struct Manifest {
     /// written before `_data/` existed: their files are read from the Hive tree.
     #[serde(default)]
     pub data_area: bool,
+}
+
+/// (De)serialises shared run entries as plain ones (serde's `rc` feature would change the
+/// features of every crate built on serde, DataFusion's included).
+pub(crate) mod shared_runs {
+    use super::{RunEntry, RunId};
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(
+        runs: &BTreeMap<RunId, Arc<RunEntry>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_map(runs.iter().map(|(k, v)| (k, &**v)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<RunId, Arc<RunEntry>>, D::Error> {
+        let runs = BTreeMap::<RunId, RunEntry>::deserialize(d)?;
+        Ok(runs.into_iter().map(|(k, v)| (k, Arc::new(v))).collect())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -213,44 +240,58 @@ impl Manifest {
     /// themselves are checked when they are opened (sizes, symbolic links).
     pub fn check(&self) -> std::result::Result<(), String> {
         for (run, entry) in &self.runs {
-            for f in &entry.files {
-                if !is_part_path(&f.path, f.table, run.as_str()) {
-                    return Err(format!(
-                        "names the file {:?} for run {run}, which is not a data file path of \
-                         that run ({}/run={run}/part-N.parquet)",
-                        f.path,
-                        f.table.name()
-                    ));
-                }
-                let ranges = f.kinds.values().flatten();
-                if let Some((lo, hi)) = ranges.into_iter().find(|(lo, hi)| lo >= hi || *hi > f.rows)
-                {
-                    return Err(format!(
-                        "gives {} a row range {lo}..{hi} outside its {} rows",
-                        f.path, f.rows
-                    ));
-                }
-            }
+            entry.check(run)?;
         }
-        for t in &self.tombstones {
-            let valid = TableKind::ALL.iter().any(|&table| {
-                let mut parts = t.path.split('/');
-                parts.next() == Some(table.name())
-                    && parts
-                        .next()
-                        .and_then(|d| d.strip_prefix("run="))
-                        .is_some_and(|r| RunId::new(r).is_ok() && is_part_path(&t.path, table, r))
-            });
-            if !valid {
+        check_tombstones(&self.tombstones)
+    }
+}
+
+/// [`Manifest::check`] for the files kept for readers: data file paths, nothing else.
+pub(crate) fn check_tombstones(tombstones: &[Tombstone]) -> std::result::Result<(), String> {
+    for t in tombstones {
+        let valid = TableKind::ALL.iter().any(|&table| {
+            let mut parts = t.path.split('/');
+            parts.next() == Some(table.name())
+                && parts
+                    .next()
+                    .and_then(|d| d.strip_prefix("run="))
+                    .is_some_and(|r| RunId::new(r).is_ok() && is_part_path(&t.path, table, r))
+        });
+        if !valid {
+            return Err(format!(
+                "keeps {:?} for readers, which is not a data file path",
+                t.path
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl RunEntry {
+    /// [`Manifest::check`] for the files of one run.
+    pub fn check(&self, run: &RunId) -> std::result::Result<(), String> {
+        for f in &self.files {
+            if !is_part_path(&f.path, f.table, run.as_str()) {
                 return Err(format!(
-                    "keeps {:?} for readers, which is not a data file path",
-                    t.path
+                    "names the file {:?} for run {run}, which is not a data file path of \
+                     that run ({}/run={run}/part-N.parquet)",
+                    f.path,
+                    f.table.name()
+                ));
+            }
+            let ranges = f.kinds.values().flatten();
+            if let Some((lo, hi)) = ranges.into_iter().find(|(lo, hi)| lo >= hi || *hi > f.rows) {
+                return Err(format!(
+                    "gives {} a row range {lo}..{hi} outside its {} rows",
+                    f.path, f.rows
                 ));
             }
         }
         Ok(())
     }
+}
 
+impl Manifest {
     /// The run whose sources include a file with this content hash, if any.
     pub fn run_with_source_hash(&self, hash: &str) -> Option<&RunId> {
         self.runs

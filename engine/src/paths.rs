@@ -23,9 +23,15 @@ impl StorePaths {
         self.root.join("_manifest")
     }
 
-    /// Manifest file of `version`. The number is inverted so that the newest version sorts first.
+    /// The commit of `version`: its log entry (or, in stores written before the log, the
+    /// whole manifest). The number is inverted so that the newest version sorts first.
     pub fn manifest_file(&self, version: u64) -> PathBuf {
         self.manifest_dir().join(manifest_file_name(version))
+    }
+
+    /// The checkpoint of `version`: the whole manifest at that version.
+    pub fn checkpoint_file(&self, version: u64) -> PathBuf {
+        self.manifest_dir().join(checkpoint_file_name(version))
     }
 
     pub fn staging_dir(&self) -> PathBuf {
@@ -74,7 +80,19 @@ pub fn manifest_file_name(version: u64) -> String {
 
 /// Parses a manifest file name back into its version.
 pub fn parse_manifest_file_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".json")?;
+    parse_inverted(name.strip_suffix(".json")?)
+}
+
+pub fn checkpoint_file_name(version: u64) -> String {
+    format!("{:020}.checkpoint.json", u64::MAX - version)
+}
+
+/// Parses a checkpoint file name back into its version.
+pub fn parse_checkpoint_file_name(name: &str) -> Option<u64> {
+    parse_inverted(name.strip_suffix(".checkpoint.json")?)
+}
+
+fn parse_inverted(digits: &str) -> Option<u64> {
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -98,5 +116,9 @@ mod tests {
             assert_eq!(parse_manifest_file_name(n), Some(*v));
         }
         assert_eq!(parse_manifest_file_name(".tmp-1.json"), None);
+        let checkpoint = checkpoint_file_name(42);
+        assert_eq!(parse_checkpoint_file_name(&checkpoint), Some(42));
+        assert_eq!(parse_manifest_file_name(&checkpoint), None);
+        assert_eq!(parse_checkpoint_file_name(&names[0]), None);
     }
 }

@@ -9,11 +9,17 @@
 //! Data files live under `_data/<table>/run=<id>/`, where they stay while any version kept
 //! for readers names them; the Hive tree `<table>/run=<id>/` holds hard links to the newest
 //! version's files only, so that another engine's glob over it counts what gpuq counts.
+//!
+//! Versions are kept as a log ([`log`]): a commit writes what it changed, and after it
+//! touches only what it changed (the Hive tree of its runs, the files whose grace period
+//! ended), so that it costs the same in a store of ten runs and of ten thousand. What only a
+//! crash leaves behind (files placed but never committed, Hive links a dead writer did not
+//! make) is swept from the whole store every [`FULL_SWEEP_INTERVAL`] versions.
 
 use crate::error::{Error, Result};
 use crate::manifest::{FileEntry, Manifest, RunEntry, RunMeta, Tombstone};
 use crate::part;
-use crate::paths::{manifest_file_name, parse_manifest_file_name, StorePaths};
+use crate::paths::{manifest_file_name, StorePaths};
 use crate::run_id::RunId;
 use crate::schema::TableKind;
 use datafusion::arrow::array::RecordBatch;
@@ -25,8 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Manifest versions kept on disk (older ones are deleted by the writer).
-const KEPT_VERSIONS: u64 = 20;
+/// Every this many versions, the writer of the first checkpoint past a multiple of it sweeps
+/// the whole store for what crashed writers left (see the module documentation).
+pub const FULL_SWEEP_INTERVAL: u64 = 256;
 /// Files dropped by a commit stay on disk this long, for readers still on an older version.
 const TOMBSTONE_GRACE_MS: u64 = 10 * 60 * 1000;
 /// Parts with fewer rows than this are merged by compaction.
@@ -41,6 +48,7 @@ pub const AUTO_COMPACT_PARTS: usize = 8;
 pub const TINY_PART_ROWS: u64 = 1 << 16;
 
 mod lock;
+pub mod log;
 mod staging;
 pub use lock::DEFAULT_LOCK_TIMEOUT;
 use staging::Staging;
@@ -49,7 +57,8 @@ use staging::Staging;
 #[derive(Debug, Clone)]
 pub struct Store {
     paths: StorePaths,
-    cache: Arc<Mutex<Option<(String, Arc<Manifest>)>>>,
+    /// The newest version read or committed through this store.
+    cache: Arc<Mutex<Option<Arc<Manifest>>>>,
     /// How long [`Store::writer`] waits for another writer's lock (`None`: for ever).
     lock_timeout: Option<std::time::Duration>,
 }
@@ -96,43 +105,63 @@ impl Store {
         }
     }
 
-    /// The newest committed manifest. Re-reads the file only when a newer version exists.
+    /// The newest committed manifest: the version held already and the log entries since
+    /// (or the newest checkpoint and the entries after it), read only when a newer version
+    /// exists.
     ///
-    /// A newest manifest that does not parse, or names files it must not
-    /// ([`Manifest::check`]), is an error naming the file: a committed manifest is synced
-    /// before it is linked into place, so only damage makes it unreadable, and falling back
-    /// to the previous version would hide the newest runs from readers and make every later
-    /// commit conflict with the damaged version.
+    /// A commit file or checkpoint that does not parse, or names files it must not
+    /// ([`Manifest::check`]), is an error naming the file: each is synced before it is put
+    /// in place, so only damage makes it unreadable, and falling back to an older version
+    /// would hide the newest runs from readers and make every later commit conflict with the
+    /// damaged version.
     pub fn manifest(&self) -> Result<Arc<Manifest>> {
         let dir = self.paths.manifest_dir();
         refuse_symlink(&dir)?;
-        // A writer deletes versions beyond the newest 20: when the newest seen here was
-        // deleted before it could be read, there are newer ones; look again.
+        // A writer deletes the versions before each new checkpoint: when one listed here was
+        // deleted before it could be read, there is a newer checkpoint; look again.
         let mut attempts = 0;
         loop {
-            let Some(newest) = newest_manifest_name(&dir)? else {
+            let listing = log::Listing::read(&dir)?;
+            let held = self.cache.lock().expect("manifest cache").clone();
+            if listing.newest().is_none() {
                 return Ok(Arc::new(Manifest::default()));
-            };
-            if let Some((name, m)) = self.cache.lock().expect("manifest cache").as_ref() {
-                if *name == newest {
-                    return Ok(m.clone());
-                }
             }
-            let path = dir.join(&newest);
-            match read_manifest(&path) {
-                Err(Error::Io { error, .. })
-                    if error.kind() == std::io::ErrorKind::NotFound && attempts < 100 =>
-                {
+            if let Some(m) = held
+                .as_ref()
+                .filter(|m| Some(m.version) == listing.newest())
+            {
+                return Ok(m.clone());
+            }
+            match log::load(&self.paths, &listing, held.as_deref()) {
+                Err(Error::Io { error, path }) if error.kind() == std::io::ErrorKind::NotFound => {
                     attempts += 1;
-                    continue;
+                    if attempts < 100 {
+                        continue;
+                    }
+                    let newest = listing.newest().unwrap_or_default();
+                    return Err(Error::CorruptManifest {
+                        path: self.paths.manifest_file(newest),
+                        reason: format!(
+                            "cannot be read: it builds on {}, which is missing",
+                            path.display()
+                        ),
+                    });
                 }
                 Err(e) => return Err(e),
                 Ok(m) => {
                     let m = Arc::new(m);
-                    *self.cache.lock().expect("manifest cache") = Some((newest, m.clone()));
+                    self.remember(m.clone());
                     return Ok(m);
                 }
             }
+        }
+    }
+
+    /// Keeps `m` as the newest version known, unless a newer one is.
+    fn remember(&self, m: Arc<Manifest>) {
+        let mut cache = self.cache.lock().expect("manifest cache");
+        if cache.as_ref().is_none_or(|held| held.version < m.version) {
+            *cache = Some(m);
         }
     }
 
@@ -175,7 +204,7 @@ impl Store {
         refuse_symlink(&staging_root)?;
         create_real_dir(self.paths.root(), &staging_root)?;
         let staging = Staging::create(&staging_root)?;
-        let base = (*self.manifest()?).clone();
+        let base = self.manifest()?;
         let mut writer = StoreWriter {
             store: self.clone(),
             base,
@@ -185,44 +214,10 @@ impl Store {
         if let Some(_lock) = lock::try_acquire(&self.paths.lock_file())? {
             // What the garbage is depends on the newest version: read it under the lock.
             writer.refresh()?;
-            writer.collect_garbage()?;
+            writer.clean_up_after_crashes()?;
         }
         Ok(writer)
     }
-}
-
-/// The file name of the newest manifest version in `dir`, if any.
-fn newest_manifest_name(dir: &Path) -> Result<Option<String>> {
-    let names = fs::read_dir(dir)
-        .map_err(Error::io(dir))?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| parse_manifest_file_name(n).is_some());
-    // Inverted version numbers: the newest sorts first.
-    Ok(names.min())
-}
-
-/// Reads and checks one manifest file: it parses, holds the version its name says, and
-/// names only files it may ([`Manifest::check`]).
-pub(crate) fn read_manifest(path: &Path) -> Result<Manifest> {
-    let bytes = fs::read(path).map_err(Error::io(path))?;
-    let corrupt = |reason: String| Error::CorruptManifest {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let manifest: Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("does not parse: {e}")))?;
-    let named = path
-        .file_name()
-        .and_then(|n| parse_manifest_file_name(&n.to_string_lossy()));
-    if named.is_some_and(|v| v != manifest.version) {
-        return Err(corrupt(format!(
-            "holds version {} under the name of version {}",
-            manifest.version,
-            named.unwrap_or_default()
-        )));
-    }
-    manifest.check().map_err(corrupt)?;
-    Ok(manifest)
 }
 
 /// Fails when `path` is a symbolic link (absent is fine).
@@ -316,7 +311,7 @@ pub enum PutMode {
 pub struct StoreWriter {
     store: Store,
     /// The version this writer last read or committed.
-    base: Manifest,
+    base: Arc<Manifest>,
     next_staged: AtomicU64,
     staging: Staging,
 }
@@ -343,7 +338,7 @@ impl StoreWriter {
 
     /// Reads the newest version into [`Self::manifest`].
     pub fn refresh(&mut self) -> Result<()> {
-        self.base = (*self.store.manifest()?).clone();
+        self.base = self.store.manifest()?;
         Ok(())
     }
 
@@ -443,7 +438,7 @@ impl StoreWriter {
         staged: Vec<StagedFile>,
         mode: PutMode,
     ) -> Result<()> {
-        let existing = next.runs.remove(run);
+        let existing = next.runs.remove(run).map(Arc::unwrap_or_clone);
         if existing.is_some() && mode == PutMode::Create {
             return Err(Error::RunExists(run.to_string()));
         }
@@ -471,7 +466,7 @@ impl StoreWriter {
             entry.meta.merge(meta);
         }
         entry.files.extend(self.place(next, run, staged)?);
-        next.runs.insert(run.clone(), entry);
+        next.runs.insert(run.clone(), Arc::new(entry));
         Ok(())
     }
 
@@ -525,7 +520,7 @@ impl StoreWriter {
                     .runs
                     .remove(run)
                     .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
-                dropped.extend(old.files.into_iter().map(|f| f.path));
+                dropped.extend(old.files.iter().map(|f| f.path.clone()));
             }
             Ok(Some(dropped))
         })?;
@@ -538,6 +533,7 @@ impl StoreWriter {
             let entry = next
                 .runs
                 .get_mut(run)
+                .map(Arc::make_mut)
                 .ok_or_else(|| Error::UnknownRun(run.to_string()))?;
             for (k, v) in tags {
                 if v.is_empty() {
@@ -554,17 +550,17 @@ impl StoreWriter {
     /// Commits one change under the store's lock: reads the newest version, lets `change`
     /// turn it into the next (placing staged files with [`Self::place`]; it returns the files
     /// the change drops, or `None` to commit nothing), and creates version `newest + 1` with
-    /// create-if-absent semantics: write a temporary file, sync it, hard-link it to its final
-    /// name (fails if that name exists), sync the directory. Then brings the Hive tree to the
-    /// new version (links its new files, unlinks the dropped ones): [`Self::collect_garbage`];
-    /// a crash before that leaves it to the next writer, which does the same.
+    /// create-if-absent semantics: write its log entry to a temporary file, sync it, hard-link
+    /// it to its final name (fails if that name exists), sync the directory. Then brings the
+    /// Hive tree of the runs it changed to the new version and deletes what it may
+    /// ([`Self::after_commit`]); a crash before that leaves it to the next writer.
     fn commit(
         &mut self,
         change: impl FnOnce(&StoreWriter, &mut Manifest) -> Result<Option<Vec<String>>>,
     ) -> Result<Option<u64>> {
         let _lock = lock::acquire(&self.store.paths.lock_file(), self.store.lock_timeout)?;
-        let newest = (*self.store.manifest()?).clone();
-        let mut next = newest.clone();
+        let newest = self.store.manifest()?;
+        let mut next = (*newest).clone();
         let Some(dropped) = change(self, &mut next)? else {
             self.base = newest;
             return Ok(None);
@@ -572,8 +568,11 @@ impl StoreWriter {
         let version = newest.version + 1;
         next.version = version;
         let now = now_ms();
-        next.tombstones
-            .retain(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS);
+        let (kept, expired): (Vec<Tombstone>, Vec<Tombstone>) =
+            std::mem::take(&mut next.tombstones)
+                .into_iter()
+                .partition(|t| now.saturating_sub(t.removed_at_ms) < TOMBSTONE_GRACE_MS);
+        next.tombstones = kept;
         next.tombstones
             .extend(dropped.into_iter().map(|path| Tombstone {
                 path,
@@ -583,10 +582,11 @@ impl StoreWriter {
             self.link_into_data_area(&next)?;
         }
         next.data_area = true;
+        let entry = log::LogEntry::between(&newest, &next);
         let dir = self.store.paths.manifest_dir();
         let tmp = dir.join(format!(".tmp-{}-{version}", std::process::id()));
         let final_path = dir.join(manifest_file_name(version));
-        let bytes = serde_json::to_vec(&next).expect("manifest serialises");
+        let bytes = serde_json::to_vec(&entry).expect("log entry serialises");
         let written = File::create(&tmp).and_then(|mut f| {
             f.write_all(&bytes)?;
             f.sync_all()
@@ -611,10 +611,147 @@ impl StoreWriter {
             }
         }
         sync_dir(&dir)?;
+        let next = Arc::new(next);
+        self.store.remember(next.clone());
         self.base = next;
         // Everything below is cleanup: the commit already happened.
-        let _ = self.collect_garbage();
+        if newest.data_area {
+            let _ = self.after_commit(&entry, &expired);
+        } else {
+            // The first commit into a store written before `_data/`: the whole tree moves.
+            let _ = self.collect_garbage();
+        }
         Ok(Some(version))
+    }
+
+    /// What a commit does once it has happened, under the store's lock, in time that grows
+    /// with what it changed: brings the Hive tree of the runs `entry` changed to the new
+    /// version, deletes the files whose grace period ended (`expired`), and every
+    /// [`log::checkpoint_interval`] versions writes a checkpoint and deletes the versions
+    /// before it (every [`FULL_SWEEP_INTERVAL`] versions sweeping the whole store as well).
+    fn after_commit(&self, entry: &log::LogEntry, expired: &[Tombstone]) -> Result<()> {
+        let paths = &self.store.paths;
+        for t in expired {
+            let file = paths.data_file(&t.path);
+            let _ = fs::remove_file(&file);
+            if let Some(dir) = file.parent() {
+                // Only when empty: the run's other files are still there otherwise.
+                let _ = fs::remove_dir(dir);
+            }
+        }
+        self.reconcile_hive_tree(entry.touched())?;
+        let version = self.base.version;
+        let listing = log::Listing::read(&paths.manifest_dir())?;
+        let last = listing.checkpoints.last().copied().unwrap_or(0);
+        if version >= last + log::checkpoint_interval(self.base.runs.len()) {
+            log::write_checkpoint(paths, &self.base)?;
+            if version / FULL_SWEEP_INTERVAL != last / FULL_SWEEP_INTERVAL {
+                self.collect_garbage()?;
+            } else {
+                self.prune_versions()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What a writer that died may have left, cleaned when a writer opens (under the store's
+    /// lock), in time that does not grow with the store: its staged files, its temporary
+    /// manifests, and the Hive tree of the runs the newest version changed (a writer killed
+    /// right after its commit did not link or unlink them). A store written before the log
+    /// is swept whole, once.
+    fn clean_up_after_crashes(&self) -> Result<()> {
+        let paths = &self.store.paths;
+        for dir in [paths.manifest_dir(), paths.staging_dir()] {
+            refuse_symlink(&dir)?;
+        }
+        if is_real_dir(&paths.staging_dir()) {
+            staging::remove_dead_writers_leftovers(&paths.staging_dir());
+        }
+        self.prune_versions()?;
+        if self.base.version == 0 {
+            return Ok(());
+        }
+        match log::read_commit(&paths.manifest_file(self.base.version)) {
+            Ok(log::Commit::Entry(entry)) => self.reconcile_hive_tree(entry.touched()),
+            // A whole manifest: a store written before the log.
+            Ok(log::Commit::Whole(_)) => self.collect_garbage(),
+            // A newer commit deleted this one's file since it was read: that writer cleaned up.
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Deletes temporary manifests (called under the store's lock: a live writer's exist only
+    /// while it commits) and the versions before the newest checkpoint: a reader reads that
+    /// checkpoint and what came after it.
+    fn prune_versions(&self) -> Result<()> {
+        let dir = self.store.paths.manifest_dir();
+        let listing = log::Listing::read(&dir)?;
+        for name in &listing.temporaries {
+            let _ = fs::remove_file(dir.join(name));
+        }
+        let Some(&floor) = listing.checkpoints.range(..=self.base.version).next_back() else {
+            return Ok(());
+        };
+        let paths = &self.store.paths;
+        for &v in listing.commits.range(..floor) {
+            let _ = fs::remove_file(paths.manifest_file(v));
+        }
+        for &v in listing.checkpoints.range(..floor) {
+            let _ = fs::remove_file(paths.checkpoint_file(v));
+        }
+        Ok(())
+    }
+
+    /// Brings the Hive tree of `runs` to this writer's version: unlinks each file of theirs
+    /// that it does not name, links each it names that is missing.
+    fn reconcile_hive_tree<'a>(&self, runs: impl Iterator<Item = &'a RunId>) -> Result<()> {
+        let paths = &self.store.paths;
+        if !self.base.data_area {
+            return Ok(());
+        }
+        for table in TableKind::ALL {
+            refuse_symlink(&paths.table_dir(table))?;
+        }
+        for run in runs {
+            let live: HashSet<&str> = self
+                .base
+                .runs
+                .get(run)
+                .map(|e| e.files.iter().map(|f| f.path.as_str()).collect())
+                .unwrap_or_default();
+            let mut in_tree = HashSet::new();
+            for table in TableKind::ALL {
+                let dir = paths.run_dir(table, run);
+                if !is_real_dir(&dir) {
+                    continue;
+                }
+                let Ok(files) = fs::read_dir(&dir) else {
+                    continue;
+                };
+                let mut remaining = 0;
+                for f in files.flatten() {
+                    let rel = format!(
+                        "{}/run={run}/{}",
+                        table.name(),
+                        f.file_name().to_string_lossy()
+                    );
+                    if live.contains(rel.as_str()) {
+                        remaining += 1;
+                        in_tree.insert(rel);
+                    } else {
+                        let _ = fs::remove_file(f.path());
+                    }
+                }
+                if remaining == 0 {
+                    let _ = fs::remove_dir(&dir);
+                }
+            }
+            link_missing(
+                paths,
+                live.into_iter().filter(|rel| !in_tree.contains(*rel)),
+            );
+        }
+        Ok(())
     }
 
     /// Links every file `next` names or keeps for readers into `_data/` (a store written
@@ -644,13 +781,12 @@ impl StoreWriter {
         Ok(())
     }
 
-    /// Deletes what no reader can need (called under the store's lock): staged files and
-    /// temporary manifests of dead writers,
-    /// data files no version references (a writer that died between rename and commit),
-    /// dropped files past their grace period, and manifest versions beyond the newest 20.
-    /// Brings the Hive tree to this writer's version: unlinks every file it does not name
-    /// (dropped at the last commit, or left by a writer that crashed), then links the files it
-    /// names that are missing (a writer that crashed right after its commit).
+    /// Sweeps the whole store for what no reader can need (called under the store's lock):
+    /// staged files and temporary manifests of dead writers, versions before the newest
+    /// checkpoint, data files no version references (a writer that died between rename and
+    /// commit), dropped files past their grace period. Brings the whole Hive tree to this
+    /// writer's version: unlinks every file it does not name, then links the files it names
+    /// that are missing (a writer that crashed right after its commit).
     fn collect_garbage(&self) -> Result<()> {
         let paths = &self.store.paths;
         // The directories the writer writes into and deletes from: through a link, both
@@ -667,17 +803,7 @@ impl StoreWriter {
         if is_real_dir(&paths.staging_dir()) {
             staging::remove_dead_writers_leftovers(&paths.staging_dir());
         }
-        let mdir = paths.manifest_dir();
-        if let Ok(entries) = fs::read_dir(&mdir) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let stale_version = parse_manifest_file_name(&name)
-                    .is_some_and(|v| v + KEPT_VERSIONS <= self.base.version);
-                if name.starts_with(".tmp-") || stale_version {
-                    let _ = fs::remove_file(e.path());
-                }
-            }
-        }
+        self.prune_versions()?;
         let now = now_ms();
         let mut live: HashSet<&str> = HashSet::new();
         for entry in self.base.runs.values() {
@@ -697,15 +823,23 @@ impl StoreWriter {
         }
         sweep(&paths.data_dir(), &kept_for_readers);
         let in_tree = sweep(paths.root(), &|rel: &str| live.contains(rel));
-        for rel in live.iter().filter(|rel| !in_tree.contains(**rel)) {
-            let link = paths.absolute(rel);
-            let dir = link.parent().expect("part path has a parent");
-            // A run directory that is a link (to anywhere) is left as it is, without this file.
-            if create_real_dir(paths.root(), dir).is_ok() {
-                let _ = fs::hard_link(paths.data_file(rel), &link);
-            }
-        }
+        link_missing(
+            paths,
+            live.iter().copied().filter(|rel| !in_tree.contains(*rel)),
+        );
         Ok(())
+    }
+}
+
+/// Links data files (manifest paths) into the Hive tree.
+fn link_missing<'a>(paths: &StorePaths, rels: impl Iterator<Item = &'a str>) {
+    for rel in rels {
+        let link = paths.absolute(rel);
+        let dir = link.parent().expect("part path has a parent");
+        // A run directory that is a link (to anywhere) is left as it is, without this file.
+        if create_real_dir(paths.root(), dir).is_ok() {
+            let _ = fs::hard_link(paths.data_file(rel), &link);
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Rows read from each part at a time, and rows gathered into each batch written.
 pub const MERGE_BATCH_ROWS: usize = 4096;
@@ -111,7 +112,7 @@ impl StoreWriter {
                 return Ok(None);
             }
             let placed = w.place(next, run, staged)?;
-            let entry = next.runs.get_mut(run).expect("run checked above");
+            let entry = Arc::make_mut(next.runs.get_mut(run).expect("run checked above"));
             entry.files.retain(|f| !merged.contains(&f.path));
             entry.files.extend(placed);
             Ok(Some(merged.iter().cloned().collect()))

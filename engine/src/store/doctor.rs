@@ -24,10 +24,10 @@
 //! Symbolic links, missing or resized files, and gaps in the versions are reported, not
 //! repaired: they need a person.
 
-use super::{is_real_dir, read_manifest, Store};
+use super::{is_real_dir, log, Store};
 use crate::error::Error;
 use crate::manifest::Manifest;
-use crate::paths::{parse_manifest_file_name, StorePaths};
+use crate::paths::StorePaths;
 use crate::schema::TableKind;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, OpenOptions};
@@ -96,20 +96,15 @@ pub fn check(store: &Store, repair: bool) -> crate::Result<Report> {
 
     find_symlinks(paths, &mut report);
 
-    // Every manifest version on disk.
+    // Every manifest version on disk, and the state of each that its checkpoint or the
+    // versions before it give.
     let mdir = paths.manifest_dir();
-    let mut versions: BTreeMap<u64, Result<Manifest, String>> = BTreeMap::new();
-    let mut temporaries = Vec::new();
-    for e in fs::read_dir(&mdir).map_err(Error::io(&mdir))?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(v) = parse_manifest_file_name(&name) {
-            versions.insert(v, read_manifest(&e.path()).map_err(|e| e.to_string()));
-        } else if name.starts_with(".tmp-") {
-            temporaries.push(e.path());
-        }
-    }
-    report.versions = versions.keys().copied().collect();
-    if let (Some(first), Some(last)) = (versions.keys().next(), versions.keys().next_back()) {
+    let listing = log::Listing::read(&mdir)?;
+    let versions = log::states(paths, &listing);
+    let temporaries: Vec<PathBuf> = listing.temporaries.iter().map(|n| mdir.join(n)).collect();
+    report.versions = listing.commits.iter().copied().collect();
+    let commits = &listing.commits;
+    if let (Some(first), Some(last)) = (commits.first(), commits.last()) {
         // A version an earlier repair moved aside is accounted for.
         let set_aside = |v: &u64| {
             let name = crate::paths::manifest_file_name(*v);
@@ -117,7 +112,7 @@ pub fn check(store: &Store, repair: bool) -> crate::Result<Report> {
             fs::symlink_metadata(aside).is_ok()
         };
         let missing: Vec<u64> = (*first..*last)
-            .filter(|v| !versions.contains_key(v) && !set_aside(v))
+            .filter(|v| !commits.contains(v) && !set_aside(v))
             .collect();
         if !missing.is_empty() {
             report.found(format!(

@@ -119,13 +119,18 @@ fn an_abandoned_writer_leaves_the_store_as_it_was() {
     fs::create_dir_all(orphan.parent().unwrap()).unwrap();
     fs::write(&orphan, b"partial").unwrap();
     assert_eq!(store.manifest().unwrap().runs.len(), 1);
-    let w = store.writer().unwrap(); // the next writer cleans up
-    drop(w);
-    assert_eq!(data_files(dir.path()), before);
+    // The next writer removes the dead writer's staged files.
+    drop(store.writer().unwrap());
     assert_eq!(
         fs::read_dir(dir.path().join("_staging")).unwrap().count(),
         0
     );
+    // Files placed but never committed: the full sweep (every FULL_SWEEP_INTERVAL versions,
+    // and `gpuq doctor --repair`) removes them; no commit in between reads them.
+    let w = store.writer().unwrap();
+    w.collect_garbage().unwrap();
+    drop(w);
+    assert_eq!(data_files(dir.path()), before);
     assert!(!dir.path().join("counters/run=ghost").exists());
 }
 
@@ -527,7 +532,7 @@ fn manifest_entries_that_escape_the_store_are_refused() {
     {
         let mut m = good.clone();
         m.version = good.version + 1 + i as u64;
-        m.runs.get_mut(&run("a")).unwrap().files[0].path = bad_path.to_string();
+        Arc::make_mut(m.runs.get_mut(&run("a")).unwrap()).files[0].path = bad_path.to_string();
         write_manifest(&store, &m);
         let e = Store::open(store.root()).unwrap().manifest().unwrap_err();
         assert!(
@@ -548,7 +553,7 @@ fn a_file_reached_through_a_symlink_or_of_another_size_is_refused_before_it_is_r
     let path = store
         .checked_file_path(&m, &m.runs[&run("a")].files[0])
         .unwrap();
-    m.runs.get_mut(&run("a")).unwrap().files[0].size = u64::MAX;
+    Arc::make_mut(m.runs.get_mut(&run("a")).unwrap()).files[0].size = u64::MAX;
     match store.checked_file_path(&m, &m.runs[&run("a")].files[0]) {
         Err(Error::DamagedFile { path: p, reason }) => {
             assert_eq!(p, path);
@@ -875,7 +880,7 @@ fn a_run_sharing_another_runs_files_survives_its_removal() {
     for t in &mut m.tombstones {
         t.removed_at_ms = 0;
     }
-    w.base = m;
+    w.base = Arc::new(m);
     w.collect_garbage().unwrap();
     assert_eq!(counter_rows(&store, &run("b")).len(), 16);
     assert!(!store.paths().data_file(&files[0].path).exists());
@@ -937,4 +942,152 @@ fn automatic_compaction_leaves_parts_that_are_no_longer_tiny() {
     // `gpuq compact` still merges every small part.
     assert_eq!(w.compact_run(&run("live")).unwrap(), 2);
     assert_eq!(store.manifest().unwrap().runs[&run("live")].files.len(), 1);
+}
+
+/// The state of `store`'s newest version as JSON, read by a fresh reader.
+fn fresh_state(store: &Store) -> serde_json::Value {
+    let fresh = Store::open(store.root()).unwrap();
+    serde_json::to_value(&*fresh.manifest().unwrap()).unwrap()
+}
+
+#[test]
+fn a_commit_writes_only_what_it_changed_and_every_reader_rebuilds_the_same_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    for name in ["a", "b", "c"] {
+        put(&mut w, name, &[10], PutMode::Create);
+    }
+    // A reader that holds version 3 before the next commits.
+    let held = Store::open(dir.path()).unwrap();
+    assert_eq!(held.manifest().unwrap().version, 3);
+    let v = w.set_tags(&run("b"), &[("k".into(), "v".into())]).unwrap();
+    w.remove_run(&run("c")).unwrap();
+    let entry = match log::read_commit(&store.paths().manifest_file(v)).unwrap() {
+        log::Commit::Entry(e) => e,
+        log::Commit::Whole(_) => panic!("a commit wrote the whole manifest"),
+    };
+    assert_eq!(entry.put.keys().collect::<Vec<_>>(), [&run("b")]);
+    assert!(entry.removed.is_empty());
+    assert_eq!(entry.put[&run("b")].meta.tags["k"], "v");
+    // The reader applies the two entries since its version; a fresh one reads them all.
+    let caught_up = serde_json::to_value(&*held.manifest().unwrap()).unwrap();
+    assert_eq!(caught_up, fresh_state(&store));
+    assert_eq!(caught_up, serde_json::to_value(w.manifest()).unwrap());
+    assert_eq!(caught_up["version"], 5);
+    assert_eq!(
+        caught_up["runs"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+}
+
+#[test]
+fn checkpoints_bound_what_a_reader_reads_and_what_the_store_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    let held = Store::open(dir.path()).unwrap();
+    assert_eq!(held.manifest().unwrap().version, 1);
+    let interval = log::CHECKPOINT_INTERVAL;
+    for i in 0..(2 * interval + 3) {
+        w.set_tags(&run("a"), &[("i".into(), i.to_string())])
+            .unwrap();
+    }
+    let newest = 2 * interval + 4;
+    let listing = log::Listing::read(&store.paths().manifest_dir()).unwrap();
+    // The newest checkpoint, and the versions from it on; nothing older.
+    assert_eq!(
+        listing.checkpoints.iter().copied().collect::<Vec<_>>(),
+        [2 * interval]
+    );
+    assert_eq!(
+        listing.commits.iter().copied().collect::<Vec<_>>(),
+        (2 * interval..=newest).collect::<Vec<_>>()
+    );
+    // The held reader's entries since version 1 are gone: it reads the checkpoint instead.
+    let state = serde_json::to_value(&*held.manifest().unwrap()).unwrap();
+    assert_eq!(state["version"], newest);
+    assert_eq!(state, fresh_state(&store));
+    assert_eq!(
+        state["runs"]["a"]["meta"]["tags"]["i"],
+        (2 * interval + 2).to_string()
+    );
+}
+
+#[test]
+fn a_store_of_whole_manifests_goes_on_as_a_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    drop(w);
+    // Version 2 as stores before the log wrote every version: the whole manifest.
+    let mut whole = (*store.manifest().unwrap()).clone();
+    whole.version = 2;
+    write_manifest(&store, &whole);
+    let mut w = Store::open(dir.path()).unwrap().writer().unwrap();
+    put(&mut w, "b", &[5], PutMode::Create);
+    let v = w.set_tags(&run("a"), &[("k".into(), "v".into())]).unwrap();
+    assert_eq!(v, 4);
+    assert!(matches!(
+        log::read_commit(&store.paths().manifest_file(4)).unwrap(),
+        log::Commit::Entry(_)
+    ));
+    let state = fresh_state(&store);
+    assert_eq!(state["version"], 4);
+    assert_eq!(state["runs"]["a"]["meta"]["tags"]["k"], "v");
+    assert_eq!(counter_rows(&store, &run("b")).len(), 5);
+    // Pruning never deletes the whole manifest the log goes on from.
+    assert!(store.paths().manifest_file(2).exists());
+}
+
+#[test]
+fn a_damaged_entry_makes_the_versions_after_it_unreadable_and_the_doctor_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    for name in ["a", "b", "c"] {
+        put(&mut w, name, &[10], PutMode::Create);
+    }
+    drop(w);
+    fs::write(store.paths().manifest_file(2), b"{\"log\":1,").unwrap();
+    let e = Store::open(dir.path()).unwrap().manifest().unwrap_err();
+    assert!(
+        matches!(&e, Error::CorruptManifest { path, .. } if *path == store.paths().manifest_file(2)),
+        "{e}"
+    );
+    let report = doctor::check(&store, false).unwrap();
+    assert_eq!(report.readable, Some(1));
+    let problems: Vec<&str> = report.findings.iter().map(|f| f.problem.as_str()).collect();
+    assert!(
+        problems.iter().any(
+            |p| p.contains(&manifest_file_name(3)) && p.contains("version 2, which is damaged")
+        ),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn a_log_entry_whose_predecessor_is_missing_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer().unwrap();
+    for name in ["a", "b", "c"] {
+        put(&mut w, name, &[10], PutMode::Create);
+    }
+    drop(w);
+    fs::remove_file(store.paths().manifest_file(2)).unwrap();
+    let e = Store::open(dir.path()).unwrap().manifest().unwrap_err();
+    match &e {
+        Error::CorruptManifest { path, reason } => {
+            assert_eq!(path, &store.paths().manifest_file(3));
+            assert!(reason.contains(&manifest_file_name(2)), "{reason}");
+        }
+        other => panic!("expected a corrupt manifest error, got {other}"),
+    }
 }

@@ -797,7 +797,7 @@ fn share_run(
         .iter()
         .map(|f| writer.link_part(f))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut meta = entry.meta;
+    let mut meta = entry.meta.clone();
     meta.imported_at_ns = now_ns();
     meta.tags = opts.tags.iter().cloned().collect();
     for stored in &mut meta.sources {
