@@ -323,6 +323,22 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Writes `bytes` to a new file at `tmp` and syncs it; on failure (a full disk) removes the
+/// half-written file, of no use to anyone.
+fn write_synced(tmp: &Path, bytes: &[u8]) -> Result<()> {
+    let written = File::create(tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    written.map_err(|error| {
+        let _ = fs::remove_file(tmp);
+        Error::Io {
+            path: tmp.to_path_buf(),
+            error,
+        }
+    })
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|f| f.sync_all())
@@ -586,16 +602,10 @@ impl StoreWriter {
         let dir = self.store.paths.manifest_dir();
         let tmp = dir.join(format!(".tmp-{}-{version}", std::process::id()));
         let final_path = dir.join(manifest_file_name(version));
-        let bytes = serde_json::to_vec(&entry).expect("log entry serialises");
-        let written = File::create(&tmp).and_then(|mut f| {
-            f.write_all(&bytes)?;
-            f.sync_all()
-        });
-        if let Err(error) = written {
-            // A full disk: the half-written file is of no use to anyone.
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::Io { path: tmp, error });
-        }
+        write_synced(
+            &tmp,
+            &serde_json::to_vec(&entry).expect("log entry serialises"),
+        )?;
         let linked = fs::hard_link(&tmp, &final_path);
         let _ = fs::remove_file(&tmp);
         match linked {
@@ -722,28 +732,9 @@ impl StoreWriter {
             let mut in_tree = HashSet::new();
             for table in TableKind::ALL {
                 let dir = paths.run_dir(table, run);
-                if !is_real_dir(&dir) {
-                    continue;
-                }
-                let Ok(files) = fs::read_dir(&dir) else {
-                    continue;
-                };
-                let mut remaining = 0;
-                for f in files.flatten() {
-                    let rel = format!(
-                        "{}/run={run}/{}",
-                        table.name(),
-                        f.file_name().to_string_lossy()
-                    );
-                    if live.contains(rel.as_str()) {
-                        remaining += 1;
-                        in_tree.insert(rel);
-                    } else {
-                        let _ = fs::remove_file(f.path());
-                    }
-                }
-                if remaining == 0 {
-                    let _ = fs::remove_dir(&dir);
+                if is_real_dir(&dir) {
+                    let keep = |rel: &str| live.contains(rel);
+                    sweep_run_dir(table, &dir, &keep, &mut in_tree);
                 }
             }
             link_missing(
@@ -863,34 +854,43 @@ fn sweep(base: &Path, keep: &dyn Fn(&str) -> bool) -> HashSet<String> {
             continue;
         };
         for run_dir in runs.flatten() {
-            if !run_dir.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let run_name = run_dir.file_name().to_string_lossy().into_owned();
-            let Ok(files) = fs::read_dir(run_dir.path()) else {
-                continue;
-            };
-            let mut remaining = 0;
-            for f in files.flatten() {
-                let rel = format!(
-                    "{}/{}/{}",
-                    table.name(),
-                    run_name,
-                    f.file_name().to_string_lossy()
-                );
-                if keep(&rel) {
-                    remaining += 1;
-                    kept.insert(rel);
-                } else {
-                    let _ = fs::remove_file(f.path());
-                }
-            }
-            if remaining == 0 {
-                let _ = fs::remove_dir(run_dir.path());
+            if run_dir.file_type().is_ok_and(|t| t.is_dir()) {
+                sweep_run_dir(table, &run_dir.path(), keep, &mut kept);
             }
         }
     }
     kept
+}
+
+/// Deletes the files of one run directory `dir` of `table` whose relative path `keep` rejects,
+/// and the directory when that leaves it empty; adds the relative paths kept to `kept`.
+fn sweep_run_dir(
+    table: TableKind,
+    dir: &Path,
+    keep: &dyn Fn(&str) -> bool,
+    kept: &mut HashSet<String>,
+) {
+    let Ok(files) = fs::read_dir(dir) else {
+        return;
+    };
+    let run_name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let mut remaining = 0;
+    for f in files.flatten() {
+        let rel = format!(
+            "{}/{run_name}/{}",
+            table.name(),
+            f.file_name().to_string_lossy()
+        );
+        if keep(&rel) {
+            remaining += 1;
+            kept.insert(rel);
+        } else {
+            let _ = fs::remove_file(f.path());
+        }
+    }
+    if remaining == 0 {
+        let _ = fs::remove_dir(dir);
+    }
 }
 
 mod compact;

@@ -23,8 +23,7 @@ use crate::paths::{parse_checkpoint_file_name, parse_manifest_file_name, StorePa
 use crate::run_id::RunId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -427,15 +426,7 @@ pub(crate) fn write_checkpoint(paths: &StorePaths, manifest: &Manifest) -> Resul
         std::process::id(),
         manifest.version
     ));
-    let bytes = checkpoint_bytes(manifest);
-    let written = File::create(&tmp).and_then(|mut f| {
-        f.write_all(&bytes)?;
-        f.sync_all()
-    });
-    if let Err(error) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::Io { path: tmp, error });
-    }
+    super::write_synced(&tmp, &checkpoint_bytes(manifest))?;
     let path = paths.checkpoint_file(manifest.version);
     fs::rename(&tmp, &path).map_err(Error::io(&tmp))?;
     super::sync_dir(&dir)
