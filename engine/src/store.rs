@@ -235,6 +235,19 @@ fn is_real_dir(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir())
 }
 
+/// Whether `dir` and every directory between `root` and it is a directory itself (none a
+/// symbolic link): what is deleted in it is inside the store.
+fn is_real_dir_below(root: &Path, dir: &Path) -> bool {
+    let Ok(rel) = dir.strip_prefix(root) else {
+        return false;
+    };
+    let mut at = root.to_path_buf();
+    rel.components().all(|c| {
+        at.push(c);
+        is_real_dir(&at)
+    })
+}
+
 /// Creates `dir` (under `root`) and its missing parents, refusing to go through a symbolic
 /// link on the way: what the writer puts there must land inside the store.
 fn create_real_dir(root: &Path, dir: &Path) -> Result<()> {
@@ -643,8 +656,10 @@ impl StoreWriter {
         let paths = &self.store.paths;
         for t in expired {
             let file = paths.data_file(&t.path);
-            let _ = fs::remove_file(&file);
-            if let Some(dir) = file.parent() {
+            let dir = file.parent().expect("a data file has a run directory");
+            // Never through a link: a linked run directory and all it points to stay.
+            if is_real_dir_below(paths.root(), dir) {
+                let _ = fs::remove_file(&file);
                 // Only when empty: the run's other files are still there otherwise.
                 let _ = fs::remove_dir(dir);
             }

@@ -1091,3 +1091,37 @@ fn a_log_entry_whose_predecessor_is_missing_is_an_error_naming_it() {
         other => panic!("expected a corrupt manifest error, got {other}"),
     }
 }
+
+#[test]
+fn files_past_their_grace_period_are_never_deleted_through_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let mut w = store.writer().unwrap();
+    put(&mut w, "a", &[10], PutMode::Create);
+    put(&mut w, "b", &[10], PutMode::Create);
+    w.remove_run(&run("a")).unwrap();
+    drop(w);
+    // Run a's data directory replaced by a link to a directory outside holding a file of the
+    // same name; then its file's grace period ends (a version that says it ended long ago).
+    let mut m = (*store.manifest().unwrap()).clone();
+    let dropped = m.tombstones[0].path.clone();
+    let data_dir = store.paths().data_file(&dropped);
+    let data_dir = data_dir.parent().unwrap();
+    fs::remove_dir_all(data_dir).unwrap();
+    let precious = outside
+        .path()
+        .join(Path::new(&dropped).file_name().unwrap());
+    fs::write(&precious, b"keep me").unwrap();
+    std::os::unix::fs::symlink(outside.path(), data_dir).unwrap();
+    m.version += 1;
+    m.tombstones[0].removed_at_ms = 0;
+    write_manifest(&store, &m);
+
+    let mut w = Store::open(store.root()).unwrap().writer().unwrap();
+    w.set_tags(&run("b"), &[("k".into(), "v".into())]).unwrap();
+    drop(w);
+    let state = fresh_state(&store);
+    assert_eq!(state["tombstones"].as_array().unwrap().len(), 0);
+    assert_eq!(fs::read(&precious).unwrap(), b"keep me");
+}
