@@ -136,19 +136,8 @@ pub enum Commit {
 /// says, and names only files it may ([`Manifest::check`]).
 pub(crate) fn read_commit(path: &Path) -> Result<Commit> {
     let bytes = fs::read(path).map_err(Error::io(path))?;
-    let corrupt = |reason: String| Error::CorruptManifest {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let named = path
-        .file_name()
-        .and_then(|n| parse_manifest_file_name(&n.to_string_lossy()));
-    let holds = |version: u64| match named {
-        Some(n) if n != version => Err(corrupt(format!(
-            "holds version {version} under the name of version {n}"
-        ))),
-        _ => Ok(()),
-    };
+    let corrupt = corrupt(path);
+    let holds = |version| holds_named_version(path, parse_manifest_file_name, version);
     /// Whether a commit file is a log entry: it has the field `log` (wherever a tool that
     /// rewrote the file put it).
     #[derive(Deserialize)]
@@ -226,10 +215,7 @@ fn checkpoint_bytes(manifest: &Manifest) -> Vec<u8> {
 /// Parses a checkpoint's lines, the runs on every core, each run checked as it is parsed.
 fn parse_checkpoint(path: &Path, bytes: &[u8]) -> Result<Manifest> {
     use rayon::prelude::*;
-    let corrupt = |reason: String| Error::CorruptManifest {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let corrupt = corrupt(path);
     let mut lines = bytes.split(|b| *b == b'\n');
     let header: CheckpointHeader = serde_json::from_slice(lines.next().unwrap_or_default())
         .map_err(|e| corrupt(format!("line 1 does not parse: {e}")))?;
@@ -273,30 +259,41 @@ fn parse_checkpoint(path: &Path, bytes: &[u8]) -> Result<Manifest> {
 pub(crate) fn read_checkpoint(path: &Path) -> Result<Manifest> {
     let bytes = fs::read(path).map_err(Error::io(path))?;
     let manifest = parse_checkpoint(path, &bytes)?;
-    let named = path
-        .file_name()
-        .and_then(|n| parse_checkpoint_file_name(&n.to_string_lossy()));
-    if let Some(n) = named.filter(|n| *n != manifest.version) {
-        return Err(Error::CorruptManifest {
-            path: path.to_path_buf(),
-            reason: format!(
-                "holds version {} under the name of version {n}",
-                manifest.version
-            ),
-        });
-    }
+    holds_named_version(path, parse_checkpoint_file_name, manifest.version)?;
     Ok(manifest)
 }
 
 fn read_whole(path: &Path, bytes: &[u8]) -> Result<Manifest> {
-    let corrupt = |reason: String| Error::CorruptManifest {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let corrupt = corrupt(path);
     let manifest: Manifest =
         serde_json::from_slice(bytes).map_err(|e| corrupt(format!("does not parse: {e}")))?;
     manifest.check().map_err(corrupt)?;
     Ok(manifest)
+}
+
+/// The error of a damaged commit file or checkpoint at `path`, for a reason.
+fn corrupt(path: &Path) -> impl Fn(String) -> Error + Copy + '_ {
+    move |reason| Error::CorruptManifest {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// Fails unless the file at `path` holds the version its name says (as `parse_name` reads it).
+fn holds_named_version(
+    path: &Path,
+    parse_name: fn(&str) -> Option<u64>,
+    version: u64,
+) -> Result<()> {
+    let named = path
+        .file_name()
+        .and_then(|n| parse_name(&n.to_string_lossy()));
+    match named {
+        Some(n) if n != version => Err(corrupt(path)(format!(
+            "holds version {version} under the name of version {n}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The versions in `_manifest/`.

@@ -1046,15 +1046,20 @@ fn a_store_of_whole_manifests_goes_on_as_a_log() {
     assert!(store.paths().manifest_file(2).exists());
 }
 
-#[test]
-fn a_damaged_entry_makes_the_versions_after_it_unreadable_and_the_doctor_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+/// A store of runs a, b and c, one commit each (versions 1 to 3).
+fn store_of_three_runs(dir: &Path) -> Store {
+    let store = Store::open(dir).unwrap();
     let mut w = store.writer().unwrap();
     for name in ["a", "b", "c"] {
         put(&mut w, name, &[10], PutMode::Create);
     }
-    drop(w);
+    store
+}
+
+#[test]
+fn a_damaged_entry_makes_the_versions_after_it_unreadable_and_the_doctor_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_of_three_runs(dir.path());
     fs::write(store.paths().manifest_file(2), b"{\"log\":1,").unwrap();
     let e = Store::open(dir.path()).unwrap().manifest().unwrap_err();
     assert!(
@@ -1075,12 +1080,7 @@ fn a_damaged_entry_makes_the_versions_after_it_unreadable_and_the_doctor_says_so
 #[test]
 fn a_log_entry_whose_predecessor_is_missing_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    let mut w = store.writer().unwrap();
-    for name in ["a", "b", "c"] {
-        put(&mut w, name, &[10], PutMode::Create);
-    }
-    drop(w);
+    let store = store_of_three_runs(dir.path());
     fs::remove_file(store.paths().manifest_file(2)).unwrap();
     let e = Store::open(dir.path()).unwrap().manifest().unwrap_err();
     match &e {
