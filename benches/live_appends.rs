@@ -73,6 +73,7 @@ async fn main() {
                 bytes: (to - from) as u64,
                 rank: None,
                 format: "kineto".into(),
+                files: Vec::new(),
             }],
             events: (to - from) as u64,
             ..Default::default()

@@ -91,6 +91,18 @@ pub struct SourceFile {
     pub bytes: u64,
     pub rank: Option<i32>,
     pub format: String,
+    /// The files of a source read as one (a rocprofv3 output: its CSV tables), each with its
+    /// size; empty when the source is the one file `path`. A watch that restarts knows each
+    /// file it stored from these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<SourceMember>,
+}
+
+/// One file of a source read from several files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SourceMember {
+    pub path: String,
+    pub bytes: u64,
 }
 
 /// A GPU of a run.

@@ -23,6 +23,7 @@ pub mod cupti {
 pub use driver::{ingest, IngestError, IngestOptions, NoProgress, Progress, RunReport};
 pub use formats::detect::Format;
 pub use formats::nsys::step_pattern;
+pub use formats::rocprof::output_named;
 pub use formats::stagelog::zone::LogZone;
 pub use redact::{redact_text, tag as redact_tag};
 pub use source::detect_format;

@@ -531,6 +531,9 @@ pub fn run_meta(meta: &mut RunMeta) -> usize {
     let mut n = 0;
     for source in &mut meta.sources {
         n += redact_string(&mut source.path);
+        for member in &mut source.files {
+            n += redact_string(&mut member.path);
+        }
     }
     let warnings = std::mem::take(&mut meta.warnings);
     for (mut w, count) in warnings {

@@ -485,6 +485,7 @@ impl<'a> Sink<'a> {
                 bytes: 0,
                 rank: m.rank,
                 format: "cupti".into(),
+                files: Vec::new(),
             });
         }
         if !self.metadata_written {

@@ -38,6 +38,7 @@ pub(super) fn meta(hash: &str) -> RunMeta {
             bytes: 1,
             rank: None,
             format: "test".into(),
+            files: Vec::new(),
         }],
         events: 10,
         ..Default::default()

@@ -20,7 +20,7 @@ use crate::spool::{self, Spool};
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type};
-use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile};
+use gpuq_engine::manifest::{DeviceInfo, RunMeta, SourceFile, SourceMember};
 use gpuq_engine::schema::TableKind;
 use gpuq_engine::store::{PutMode, StagedFile};
 use gpuq_engine::{RunId, Store};
@@ -596,6 +596,7 @@ fn ingest_run(
             bytes: src.size,
             rank: file.rank,
             format: src.format.name().into(),
+            files: members_of(&src),
         });
         done.push(IngestedFile {
             source: position,
@@ -1154,6 +1155,21 @@ fn finish_file(
         last_step: facts.last_step,
         open_stages,
     })
+}
+
+/// The files of a source read from several (a rocprofv3 output), each with its size now;
+/// none for a source of one file.
+fn members_of(src: &Source) -> Vec<SourceMember> {
+    if src.files.len() < 2 {
+        return Vec::new();
+    }
+    src.files
+        .iter()
+        .map(|f| SourceMember {
+            path: f.display().to_string(),
+            bytes: std::fs::metadata(f).map(|m| m.len()).unwrap_or(0),
+        })
+        .collect()
 }
 
 /// Merges the rocprofv3 CSV sources of each directory into one source (one rocprofv3 output);

@@ -12,6 +12,12 @@
 //! ingest's own check of content hashes is the safety net. A stored file that changes (found
 //! at another size) is reported, never read again: its first rows would be stored twice.
 //!
+//! Files are looked for in the directory and in subdirectories of it, a few levels down
+//! (rocprofv3 writes its output under `%hostname%/%pid%`-style directories), but never in
+//! the store itself. A rocprofv3 output's CSV tables are read together, as `gpuq ingest` of
+//! the directory would: its GPU rows find their launches and process in its API tables, so
+//! the output is appended once none of its files is still settling.
+//!
 //! Stage logs are the exception: they grow line by line while the job runs. Each time one
 //! grows and settles, its complete lines are read again and the stages that ended in the new
 //! ones are appended; stages begun and not ended are the run's `open_stages` until their end
@@ -27,6 +33,7 @@ pub use names::rank_of;
 use gpuq_engine::{RunId, Store};
 use gpuq_ingest::{Format, IngestError, IngestOptions, NoProgress, RunReport};
 use names::NameKind;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +52,9 @@ pub const RESCAN: Duration = Duration::from_secs(2);
 pub const POLL: Duration = Duration::from_millis(500);
 /// The longest the watch sleeps before it looks at its stop flag again.
 const TICK: Duration = Duration::from_millis(100);
+/// How many levels of subdirectories are looked into: rocprofv3's `-d DIR` output goes to
+/// `DIR/%hostname%/%pid%_...` by default, and users add levels of their own (`%rank%`).
+const MAX_DEPTH: usize = 4;
 
 /// Where a file's rank comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -179,6 +189,10 @@ pub fn watch(
         opts.incomplete_after,
         stored_sources(store, &opts.run)?,
     );
+    let walk = Walk {
+        root: dir.clone(),
+        store: std::fs::canonicalize(store.root()).unwrap_or_else(|_| store.root().into()),
+    };
     let (mut wake, why) = Wake::new(&dir, opts.poll);
     if let Some(why) = why {
         reporter.event(WatchEvent::Note(&why));
@@ -195,28 +209,40 @@ pub fn watch(
         // makes them ready.
         let due = last_scan.is_none_or(|t| now.duration_since(t) >= rescan_every);
         if changed || due || tracker.count(State::Waiting) > 0 {
-            if scan(&dir, &mut tracker, &mut summary, reporter)? {
+            let scanned = walk.scan(&mut tracker, &mut summary, reporter)?;
+            if scanned.activity {
                 last_activity = Instant::now();
             }
+            wake.watch_also(&scanned.subdirectories);
             last_scan = Some(now);
         }
         // Files their writer is done with skip the settle time: renamed into place (written
         // under a temporary name first), or a Kineto JSON file closed after writing.
         for f in finished.drain(..) {
-            if f.moved || names::complete_when_closed(&f.name) {
-                tracker.finished(&dir.join(&f.name));
+            let name = f.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if f.moved || names::complete_when_closed(name) {
+                tracker.finished(&f.path);
             }
         }
-        for path in tracker.ready(Instant::now(), SystemTime::now()) {
+        let units =
+            tracker.ready_units(Instant::now(), SystemTime::now(), gpuq_ingest::output_named);
+        for unit in units {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            // The file may have changed since the scan: read it only as it settled.
-            let before = tracker.observed(&path);
-            if observe(&path).ok() != before {
+            // A file may have changed since the scan: read them only as they settled.
+            if unit.iter().any(|p| observe(p).ok() != tracker.observed(p)) {
                 continue;
             }
-            append(store, opts, &path, &mut tracker, &mut summary, reporter)?;
+            append(
+                store,
+                opts,
+                &walk,
+                &unit,
+                &mut tracker,
+                &mut summary,
+                reporter,
+            )?;
             last_activity = Instant::now();
         }
         for path in tracker.abandon_stale(Instant::now()) {
@@ -249,24 +275,30 @@ pub fn watch(
     Ok(summary)
 }
 
-/// The run's stored sources, from the newest manifest.
+/// The run's stored sources, from the newest manifest: each file of a source read from
+/// several (a rocprofv3 output) on its own.
 fn stored_sources(store: &Store, run: &RunId) -> Result<Vec<InRun>, WatchError> {
     let manifest = store.manifest()?;
-    Ok(manifest
-        .runs
-        .get(run)
-        .map(|e| {
-            e.meta
-                .sources
-                .iter()
-                .map(|s| InRun {
-                    path: s.path.clone(),
-                    bytes: s.bytes,
-                    grows: s.format == Format::StageLog.name(),
-                })
-                .collect()
-        })
-        .unwrap_or_default())
+    let Some(entry) = manifest.runs.get(run) else {
+        return Ok(Vec::new());
+    };
+    let mut stored = Vec::new();
+    for s in &entry.meta.sources {
+        if s.files.is_empty() {
+            stored.push(InRun {
+                path: s.path.clone(),
+                bytes: s.bytes,
+                grows: s.format == Format::StageLog.name(),
+            });
+        } else {
+            stored.extend(s.files.iter().map(|f| InRun {
+                path: f.path.clone(),
+                bytes: f.bytes,
+                grows: false,
+            }));
+        }
+    }
+    Ok(stored)
 }
 
 fn observe(path: &Path) -> std::io::Result<Observed> {
@@ -277,65 +309,117 @@ fn observe(path: &Path) -> std::io::Result<Observed> {
     })
 }
 
-/// Looks at every file of `dir`; returns whether a file was new or changed.
-fn scan(
-    dir: &Path,
-    tracker: &mut Tracker,
-    summary: &mut WatchSummary,
-    reporter: &mut dyn WatchReporter,
-) -> Result<bool, WatchError> {
-    let entries = std::fs::read_dir(dir).map_err(|error| WatchError::Io {
-        path: dir.to_path_buf(),
-        error,
-    })?;
-    let now = Instant::now();
-    let mut present = HashSet::new();
-    let mut activity = false;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if names::kind_of(name) == NameKind::Ignored {
-            continue;
-        }
-        let path = entry.path();
-        // Gone between the listing and now, or not a file: nothing to read.
-        let Ok(seen) = observe(&path) else { continue };
-        if !entry
-            .file_type()
-            .is_ok_and(|t| t.is_file() || t.is_symlink())
-        {
-            continue;
-        }
-        present.insert(path.clone());
-        match tracker.observe(&path, seen, now) {
-            Seen::New => activity = true,
-            Seen::Resumed => summary.resumed += 1,
-            Seen::Changed => activity = true,
-            Seen::ChangedAfterStore => {
-                reporter.event(WatchEvent::ChangedAfterStore { path: &path });
-            }
-            Seen::Same => {}
-        }
-    }
-    tracker.retain_present(&present);
-    Ok(activity)
+/// The watched tree: the directory, and the store's root, never looked into (a store kept
+/// inside the watched directory holds JSON files that are no traces).
+struct Walk {
+    root: PathBuf,
+    store: PathBuf,
 }
 
-/// Appends the settled file `path` to the run, and records what came of it.
+/// What one scan found.
+struct Scanned {
+    /// A file was new or changed.
+    activity: bool,
+    subdirectories: Vec<PathBuf>,
+}
+
+impl Walk {
+    /// Looks at every file of the tree (hidden and temporary names passed over, symbolic
+    /// links to directories not followed, [`MAX_DEPTH`] levels down).
+    fn scan(
+        &self,
+        tracker: &mut Tracker,
+        summary: &mut WatchSummary,
+        reporter: &mut dyn WatchReporter,
+    ) -> Result<Scanned, WatchError> {
+        let now = Instant::now();
+        let mut present = HashSet::new();
+        let mut scanned = Scanned {
+            activity: false,
+            subdirectories: Vec::new(),
+        };
+        let mut pending = vec![(self.root.clone(), 0)];
+        while let Some((dir, depth)) = pending.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(error) if dir == self.root => {
+                    return Err(WatchError::Io { path: dir, error });
+                }
+                // A subdirectory removed since it was listed, or unreadable: nothing in it
+                // can be read.
+                Err(_) => continue,
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if names::kind_of(name) == NameKind::Ignored {
+                    continue;
+                }
+                let path = entry.path();
+                let Ok(file_type) = entry.file_type() else {
+                    continue;
+                };
+                if file_type.is_dir() {
+                    if depth < MAX_DEPTH && path != self.store {
+                        scanned.subdirectories.push(path.clone());
+                        pending.push((path, depth + 1));
+                    }
+                    continue;
+                }
+                // Gone between the listing and now, or not a file (a link to a directory):
+                // nothing to read.
+                let Ok(seen) = observe(&path) else { continue };
+                if !(file_type.is_file() || file_type.is_symlink() && path.is_file()) {
+                    continue;
+                }
+                present.insert(path.clone());
+                match tracker.observe(&path, seen, now) {
+                    Seen::New => scanned.activity = true,
+                    Seen::Resumed => summary.resumed += 1,
+                    Seen::Changed => scanned.activity = true,
+                    Seen::ChangedAfterStore => {
+                        reporter.event(WatchEvent::ChangedAfterStore { path: &path });
+                    }
+                    Seen::Same => {}
+                }
+            }
+        }
+        tracker.retain_present(&present);
+        Ok(scanned)
+    }
+
+    /// `path` below the watched directory, as a rank is looked for in it.
+    fn relative<'p>(&self, path: &'p Path) -> Cow<'p, str> {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+    }
+}
+
+/// Appends the settled files of `unit` (one file, or one rocprofv3 output's tables) to the
+/// run, and records what came of it.
 fn append(
     store: &Store,
     opts: &WatchOptions,
-    path: &Path,
+    walk: &Walk,
+    unit: &[PathBuf],
     tracker: &mut Tracker,
     summary: &mut WatchSummary,
     reporter: &mut dyn WatchReporter,
 ) -> Result<(), WatchError> {
+    let shown = shown_path(unit);
+    let path = shown.as_path();
+    let set_all = |tracker: &mut Tracker, state: State| {
+        for p in unit {
+            tracker.set(p, state);
+        }
+    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let format = match names::kind_of(&name) {
-        NameKind::ByContent => match gpuq_ingest::detect_format(path) {
+        NameKind::ByContent if unit.len() == 1 => match gpuq_ingest::detect_format(path) {
             Some(format) => Some(format),
             None => {
                 tracker.set(path, State::NotTrace);
@@ -344,8 +428,11 @@ fn append(
         },
         _ => None,
     };
-    if tracker.observed(path).is_some_and(|o| o.size == 0) {
-        tracker.set(path, State::Truncated);
+    if unit
+        .iter()
+        .any(|p| tracker.observed(p).is_some_and(|o| o.size == 0))
+    {
+        set_all(tracker, State::Truncated);
         return Ok(());
     }
     let mut ingest = IngestOptions {
@@ -356,10 +443,11 @@ fn append(
         ..opts.ingest.clone()
     };
     if opts.rank_from == RankFrom::Path {
-        match rank_of(&name) {
+        match rank_of(&walk.relative(path)) {
             Some(rank) => ingest.rank = Some(rank),
             None => {
                 return fail(
+                    unit,
                     path,
                     "the file name gives no rank (--rank-from path: worker3.*, rank-3.*, \
                      rank_3.*, rank3.*)"
@@ -371,14 +459,14 @@ fn append(
             }
         }
     }
-    let ingested = gpuq_ingest::ingest(store, &[path.to_path_buf()], &ingest, &NoProgress);
+    let ingested = gpuq_ingest::ingest(store, unit, &ingest, &NoProgress);
     release_free_memory();
     match ingested {
         Ok(reports) => {
             let report = &reports[0];
             match report.read_to {
                 Some(read_to) => tracker.stored_to(path, read_to),
-                None => tracker.set(path, State::Stored),
+                None => set_all(tracker, State::Stored),
             }
             match report.duplicates.first() {
                 Some((_, holder)) if report.files == 0 => {
@@ -396,19 +484,36 @@ fn append(
             Ok(())
         }
         Err(e) if e.is_truncated() => {
-            tracker.set(path, State::Truncated);
+            set_all(tracker, State::Truncated);
             Ok(())
         }
         Err(e @ IngestError::Store(_)) => Err(WatchError::Ingest(e)),
         Err(e) => {
-            // The error names the file already.
+            // The error names the file already (for an output, the file of its tables
+            // that is bad).
             let message = e.to_string();
             let message = message
                 .strip_prefix(&format!("{}: ", path.display()))
                 .unwrap_or(&message)
                 .to_string();
-            fail(path, message, tracker, summary, reporter)
+            fail(unit, path, message, tracker, summary, reporter)
         }
+    }
+}
+
+/// How a unit is named in what the watch says: its one file, or for a rocprofv3 output its
+/// tables as a pattern (`node1/4242_*.csv`).
+fn shown_path(unit: &[PathBuf]) -> PathBuf {
+    match unit {
+        [one] => one.clone(),
+        _ => match gpuq_ingest::output_named(&unit[0]) {
+            Some(output) => {
+                let mut pattern = output.into_os_string();
+                pattern.push("*.csv");
+                pattern.into()
+            }
+            None => unit[0].clone(),
+        },
     }
 }
 
@@ -423,14 +528,18 @@ fn release_free_memory() {
     }
 }
 
+/// The files of `unit` (named `path`) are bad: skipped until one of them changes.
 fn fail(
+    unit: &[PathBuf],
     path: &Path,
     error: String,
     tracker: &mut Tracker,
     summary: &mut WatchSummary,
     reporter: &mut dyn WatchReporter,
 ) -> Result<(), WatchError> {
-    tracker.set(path, State::Failed);
+    for p in unit {
+        tracker.set(p, State::Failed);
+    }
     summary.failed += 1;
     reporter.event(WatchEvent::Failed { path, error });
     Ok(())

@@ -243,3 +243,120 @@ fn a_stored_file_that_grows_is_reported_once_and_not_stored_again_even_after_a_r
     assert_eq!(lines.take(), ["changed w.1.pt.trace.json"]);
     assert_eq!(f.sources(), ["w.1.pt.trace.json"]);
 }
+
+fn rocprof_fixture(case: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ingest/fixtures/rocprof");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(case))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// The one source of `run` in `store`: its path, hash and member files (names).
+fn only_source(store: &Store, run: &RunId) -> (String, String, Vec<String>) {
+    let manifest = store.manifest().unwrap();
+    let sources = &manifest.runs[run].meta.sources;
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    let s = &sources[0];
+    let members = s
+        .files
+        .iter()
+        .map(|f| {
+            let name = Path::new(&f.path).file_name().unwrap();
+            name.to_string_lossy().into_owned()
+        })
+        .collect();
+    (s.path.clone(), s.hash.clone(), members)
+}
+
+#[test]
+fn a_rocprof_output_written_table_by_table_into_a_subdirectory_is_stored_as_one() {
+    let mut f = fixture();
+    f.opts.once = false;
+    f.opts.settle = Duration::from_millis(400);
+    f.opts.idle_exit = Some(Duration::from_millis(1500));
+    let node = f.dir.join("node1");
+    let tables = rocprof_fixture("modern");
+    let lines = Lines::default();
+    let summary = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let mut reporter = lines.clone();
+            watch(&f.store, &f.opts, &AtomicBool::new(false), &mut reporter).unwrap()
+        });
+        // rocprofv3 makes its directory, then writes one table after another.
+        std::thread::sleep(Duration::from_millis(200));
+        std::fs::create_dir(&node).unwrap();
+        for table in &tables {
+            std::fs::copy(table, node.join(table.file_name().unwrap())).unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+            assert!(f.sources().is_empty(), "stored before its last table");
+        }
+        watcher.join().unwrap()
+    });
+    assert_eq!(
+        (summary.stored, summary.failed),
+        (1, 0),
+        "{:?}",
+        lines.take()
+    );
+    assert_eq!(lines.take(), ["stored 4242_*.csv"]);
+    let (path, hash, members) = only_source(&f.store, &f.opts.run);
+    assert_eq!(Path::new(&path), node);
+    assert_eq!(
+        members,
+        [
+            "4242_agent_info.csv",
+            "4242_hip_api_trace.csv",
+            "4242_kernel_trace.csv",
+            "4242_marker_api_trace.csv",
+            "4242_memory_copy_trace.csv"
+        ]
+    );
+    // The same bytes as `gpuq ingest` of the output directory.
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = Store::open(tmp.path().join("store")).unwrap();
+    let opts = IngestOptions {
+        run: Some(f.opts.run.clone()),
+        ..IngestOptions::default()
+    };
+    gpuq_ingest::ingest(&reference, &[node.clone()], &opts, &NoProgress).unwrap();
+    assert_eq!(only_source(&reference, &f.opts.run).1, hash);
+    let (watched, ingested) = (f.store.manifest().unwrap(), reference.manifest().unwrap());
+    let (watched, ingested) = (
+        &watched.runs[&f.opts.run].meta,
+        &ingested.runs[&f.opts.run].meta,
+    );
+    assert_eq!(
+        (watched.events, watched.kernels),
+        (ingested.events, ingested.kernels)
+    );
+    // A restart knows each table as stored.
+    f.opts.once = true;
+    let again = f.run_once(&lines);
+    assert_eq!((again.stored, again.resumed), (0, 5));
+    assert!(lines.take().is_empty());
+}
+
+#[test]
+fn outputs_of_two_processes_in_one_directory_are_two_appends_and_the_store_is_not_watched() {
+    let f = fixture();
+    for table in rocprof_fixture("multiprocess") {
+        std::fs::copy(&table, f.dir.join(table.file_name().unwrap())).unwrap();
+    }
+    // A store kept inside the watched directory is passed over.
+    let inner = Store::open(f.dir.join("inner-store")).unwrap();
+    let opts = &f.opts;
+    let lines = Lines::default();
+    let s = watch(&inner, opts, &AtomicBool::new(false), &mut lines.clone()).unwrap();
+    assert_eq!((s.stored, s.failed), (2, 0), "{:?}", lines.take());
+    let mut got = lines.take();
+    got.sort();
+    assert_eq!(got, ["stored 100_*.csv", "stored 200_*.csv"]);
+    let manifest = inner.manifest().unwrap();
+    let sources = &manifest.runs[&opts.run].meta.sources;
+    let mut members: Vec<usize> = sources.iter().map(|s| s.files.len()).collect();
+    members.sort();
+    assert_eq!(members, [2, 3]);
+}

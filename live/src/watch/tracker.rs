@@ -226,6 +226,44 @@ impl Tracker {
         ready.into_iter().map(|(p, _)| p.clone()).collect()
     }
 
+    /// What is ready to read, each a list of files read as one, in [`Self::ready`]'s order: a
+    /// file alone, or the files that `group_of` puts in one group (a rocprofv3 output's CSV
+    /// tables) once none of them is still settling. A group's files found cut short or bad
+    /// before are read again with it.
+    pub fn ready_units(
+        &self,
+        now: Instant,
+        wall: SystemTime,
+        group_of: impl Fn(&Path) -> Option<PathBuf>,
+    ) -> Vec<Vec<PathBuf>> {
+        let mut done = HashSet::new();
+        let mut units = Vec::new();
+        for path in self.ready(now, wall) {
+            let Some(group) = group_of(&path) else {
+                units.push(vec![path]);
+                continue;
+            };
+            if !done.insert(group.clone()) {
+                continue;
+            }
+            let members: Vec<(&PathBuf, &Tracked)> = self
+                .files
+                .iter()
+                .filter(|(p, t)| {
+                    matches!(t.state, State::Waiting | State::Truncated | State::Failed)
+                        && group_of(p).as_ref() == Some(&group)
+                })
+                .collect();
+            let settling = members
+                .iter()
+                .any(|(_, t)| t.state == State::Waiting && !self.settled(t, now, wall));
+            if !settling {
+                units.push(members.into_iter().map(|(p, _)| p.clone()).collect());
+            }
+        }
+        units
+    }
+
     /// Files found truncated that have not changed for the incomplete timeout: marked
     /// abandoned and returned, each once.
     pub fn abandon_stale(&mut self, now: Instant) -> Vec<PathBuf> {
@@ -434,5 +472,49 @@ mod tests {
         // Rewritten shorter: said once, not read (its stages are in the run).
         assert_eq!(t.observe(done, at(20, wall), now), Seen::ChangedAfterStore);
         assert_eq!(t.state(done), Some(State::Stored));
+    }
+
+    #[test]
+    fn a_group_is_ready_only_when_none_of_its_files_is_settling() {
+        // Files named `<group>.<table>` belong to `<group>`; others stand alone.
+        let group_of = |p: &Path| -> Option<PathBuf> {
+            let name = p.file_name()?.to_str()?;
+            let (group, _) = name.split_once('.').filter(|(_, t)| *t != "json")?;
+            Some(p.with_file_name(group))
+        };
+        let mut t = Tracker::new(SETTLE, TIMEOUT, []);
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let kernels = Path::new("/d/7.kernels");
+        let api = Path::new("/d/7.api");
+        let other = Path::new("/d/8.kernels");
+        let alone = Path::new("/d/w0.json");
+        t.observe(kernels, at(10, wall), t0);
+        t.observe(alone, at(10, wall), t0);
+        t.observe(other, at(10, wall), t0);
+        // The API table appears while the kernels settle: the group waits for it.
+        t.observe(api, at(10, wall + SETTLE / 2), t0 + SETTLE / 2);
+        let now = t0 + SETTLE;
+        assert_eq!(
+            t.ready_units(now, wall + SETTLE, group_of),
+            vec![vec![other.to_path_buf()], vec![alone.to_path_buf()]]
+        );
+        // Settled too: the two are read as one.
+        let later = t0 + SETTLE * 2;
+        t.set(alone, State::Stored);
+        t.set(other, State::Stored);
+        assert_eq!(
+            t.ready_units(later, wall + SETTLE * 2, group_of),
+            vec![vec![api.to_path_buf(), kernels.to_path_buf()]]
+        );
+        // Found cut short, then one of them changes: both are read again.
+        t.set(api, State::Truncated);
+        t.set(kernels, State::Truncated);
+        assert!(t.ready_units(later, wall + SETTLE * 2, group_of).is_empty());
+        t.observe(kernels, at(20, wall + SETTLE * 2), later);
+        assert_eq!(
+            t.ready_units(later + SETTLE, wall + SETTLE * 3, group_of),
+            vec![vec![api.to_path_buf(), kernels.to_path_buf()]]
+        );
     }
 }

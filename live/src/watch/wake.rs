@@ -1,13 +1,15 @@
-//! What wakes the watch up: the kernel's notice that something in the directory changed
-//! (inotify), or nothing but the clock (polling, for network file systems, whose changes
-//! made on other machines inotify never sees). Either way the watch rescans the directory
-//! itself; a wake-up only says that a rescan is worth doing now.
+//! What wakes the watch up: the kernel's notice that something in the directory (or one of
+//! the subdirectories the scan found) changed (inotify), or nothing but the clock (polling,
+//! for network file systems, whose changes made on other machines inotify never sees).
+//! Either way the watch rescans the directory itself; a wake-up only says that a rescan is
+//! worth doing now.
 //!
 //! inotify is used through `libc` rather than the `notify` crate: `notify` needs `mio`'s
 //! `os-ext` feature, which would change the `mio` that `tokio` (and through it DataFusion) is
 //! built with, and rebuild them; the wake-ups needed here are five system calls.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How the watch learns of changes.
@@ -48,6 +50,20 @@ impl Wake {
     pub fn is_polling(&self) -> bool {
         matches!(self, Wake::Poll)
     }
+
+    /// Also wakes on changes in `dirs` (subdirectories the scan found); those watched already
+    /// are passed over. A directory that cannot be watched (out of watches) is still rescanned
+    /// on the clock.
+    pub fn watch_also(&mut self, dirs: &[PathBuf]) {
+        if let Wake::Inotify(i) = self {
+            for d in dirs {
+                if !i.dirs.values().any(|w| w == d) {
+                    // Refused: the rescan on the clock still finds its changes.
+                    let _ = i.add(d);
+                }
+            }
+        }
+    }
 }
 
 /// What a wait learned.
@@ -60,44 +76,54 @@ pub struct Wakeup {
     pub finished: Vec<Finished>,
 }
 
-/// A file a writer finished with, by name (no directory).
+/// A file a writer finished with.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Finished {
-    pub name: String,
+    pub path: PathBuf,
     pub moved: bool,
 }
 
-/// An inotify instance watching one directory.
+/// An inotify instance watching a directory and subdirectories of it.
 pub struct Inotify {
     fd: libc::c_int,
+    /// Watch descriptor -> the directory it watches.
+    dirs: HashMap<i32, PathBuf>,
 }
 
 impl Inotify {
     fn watch(dir: &Path) -> std::io::Result<Inotify> {
+        // SAFETY: a plain system call; the descriptor is owned by the value made of it,
+        // which closes it when dropped (also when adding the first watch fails).
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut inotify = Inotify {
+            fd,
+            dirs: HashMap::new(),
+        };
+        inotify.add(dir)?;
+        Ok(inotify)
+    }
+
+    fn add(&mut self, dir: &Path) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        // SAFETY: plain system calls; the descriptor is owned by the value returned, and
-        // closed on every path that does not return it.
-        unsafe {
-            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let mask = libc::IN_CREATE
-                | libc::IN_MODIFY
-                | libc::IN_CLOSE_WRITE
-                | libc::IN_MOVED_TO
-                | libc::IN_MOVED_FROM
-                | libc::IN_DELETE
-                | libc::IN_ATTRIB;
-            if libc::inotify_add_watch(fd, path.as_ptr(), mask) < 0 {
-                let e = std::io::Error::last_os_error();
-                libc::close(fd);
-                return Err(e);
-            }
-            Ok(Inotify { fd })
+        let mask = libc::IN_CREATE
+            | libc::IN_MODIFY
+            | libc::IN_CLOSE_WRITE
+            | libc::IN_MOVED_TO
+            | libc::IN_MOVED_FROM
+            | libc::IN_DELETE
+            | libc::IN_ATTRIB;
+        // SAFETY: a plain system call on this value's descriptor and a valid C string.
+        let wd = unsafe { libc::inotify_add_watch(self.fd, path.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(std::io::Error::last_os_error());
         }
+        self.dirs.insert(wd, dir.to_path_buf());
+        Ok(())
     }
 
     fn wait(&mut self, timeout: Duration) -> Wakeup {
@@ -124,38 +150,42 @@ impl Inotify {
             if n <= 0 {
                 break;
             }
-            wakeup.finished.extend(finished_files(&buf[..n as usize]));
+            self.take_events(&buf[..n as usize], &mut wakeup.finished);
         }
         wakeup
     }
-}
 
-/// The files that `events` (whole `struct inotify_event`s, as one read returns them) say were
-/// closed after writing or moved in.
-fn finished_files(events: &[u8]) -> Vec<Finished> {
-    const HEADER: usize = 16; // wd, mask, cookie, len: four 32-bit fields
-    let field = |at: usize| u32::from_ne_bytes(events[at..at + 4].try_into().expect("4 bytes"));
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + HEADER <= events.len() {
-        let mask = field(at + 4);
-        let len = field(at + 12) as usize;
-        let Some(name) = events.get(at + HEADER..at + HEADER + len) else {
-            break;
-        };
-        at += HEADER + len;
-        let name = name.split(|&b| b == 0).next().unwrap_or_default();
-        let moved = mask & libc::IN_MOVED_TO != 0;
-        if moved || mask & libc::IN_CLOSE_WRITE != 0 {
-            if let Ok(name) = std::str::from_utf8(name) {
-                out.push(Finished {
-                    name: name.to_string(),
-                    moved,
-                });
+    /// Adds the files that `events` (whole `struct inotify_event`s, as one read returns them)
+    /// say were closed after writing or moved in to `finished`, and forgets the watches the
+    /// kernel dropped (their directory was deleted).
+    fn take_events(&mut self, events: &[u8], finished: &mut Vec<Finished>) {
+        const HEADER: usize = 16; // wd, mask, cookie, len: four 32-bit fields
+        let field = |at: usize| u32::from_ne_bytes(events[at..at + 4].try_into().expect("4 bytes"));
+        let mut at = 0;
+        while at + HEADER <= events.len() {
+            let wd = field(at) as i32;
+            let mask = field(at + 4);
+            let len = field(at + 12) as usize;
+            let Some(name) = events.get(at + HEADER..at + HEADER + len) else {
+                break;
+            };
+            at += HEADER + len;
+            if mask & libc::IN_IGNORED != 0 {
+                self.dirs.remove(&wd);
+                continue;
+            }
+            let name = name.split(|&b| b == 0).next().unwrap_or_default();
+            let moved = mask & libc::IN_MOVED_TO != 0;
+            if moved || mask & libc::IN_CLOSE_WRITE != 0 {
+                if let (Ok(name), Some(dir)) = (std::str::from_utf8(name), self.dirs.get(&wd)) {
+                    finished.push(Finished {
+                        path: dir.join(name),
+                        moved,
+                    });
+                }
             }
         }
     }
-    out
 }
 
 impl Drop for Inotify {
@@ -184,7 +214,7 @@ mod tests {
         assert_eq!(
             woke.finished,
             vec![Finished {
-                name: "w0.json".into(),
+                path: dir.path().join("w0.json"),
                 moved: false
             }]
         );
@@ -198,7 +228,7 @@ mod tests {
         assert_eq!(
             moved,
             vec![Finished {
-                name: "w2.json".into(),
+                path: dir.path().join("w2.json"),
                 moved: true
             }]
         );
@@ -206,5 +236,38 @@ mod tests {
         assert!(poll.is_polling());
         std::fs::write(dir.path().join("w1.json"), b"{}").unwrap();
         assert!(!poll.wait(Duration::from_millis(10)).changed);
+    }
+
+    #[test]
+    fn subdirectories_wake_once_watched_and_again_after_being_made_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("node1");
+        let (mut wake, _) = Wake::new(dir.path(), false);
+        std::fs::create_dir(&sub).unwrap();
+        assert!(wake.wait(Duration::from_secs(5)).changed);
+        wake.watch_also(std::slice::from_ref(&sub));
+        std::fs::write(sub.join("1_kernel_trace.csv"), b"x").unwrap();
+        let finished = wake.wait(Duration::from_secs(5)).finished;
+        assert_eq!(
+            finished,
+            vec![Finished {
+                path: sub.join("1_kernel_trace.csv"),
+                moved: false
+            }]
+        );
+        // Deleted and made again: the kernel dropped the old watch, so it is added anew.
+        std::fs::remove_dir_all(&sub).unwrap();
+        while wake.wait(Duration::from_millis(200)).changed {}
+        std::fs::create_dir(&sub).unwrap();
+        wake.wait(Duration::from_secs(5));
+        wake.watch_also(std::slice::from_ref(&sub));
+        std::fs::write(sub.join("2_kernel_trace.csv"), b"x").unwrap();
+        assert_eq!(
+            wake.wait(Duration::from_secs(5)).finished,
+            vec![Finished {
+                path: sub.join("2_kernel_trace.csv"),
+                moved: false
+            }]
+        );
     }
 }

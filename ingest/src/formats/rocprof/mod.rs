@@ -204,6 +204,14 @@ pub fn named_as_output(path: &Path) -> bool {
         .is_some_and(|n| Table::of_file_name(n).is_some())
 }
 
+/// The rocprofv3 output a file belongs to by its name: its directory joined with the prefix
+/// its tables share (`out/1234_` for `out/1234_kernel_trace.csv`). `None` for a name that is
+/// no rocprofv3 table's. The files of one output must be read together: GPU rows find their
+/// launches and process in the API tables.
+pub fn output_named(path: &Path) -> Option<PathBuf> {
+    named_as_output(path).then(|| output_of(path).0)
+}
+
 /// Recognises a rocprofv3 CSV by its header line (content, not file name). None = not a
 /// rocprofv3 CSV. The API tables (HIP, HSA, marker, RCCL, ...) share one header and all
 /// answer [`Table::HipApiTrace`]; [`table_of_file`] tells them apart by their first row.
