@@ -189,25 +189,41 @@ for _name, _params in _gpuq.analyses():
     setattr(Store, _name, _analysis(_name, _params))
 
 
-def torch_handler(store, run, rank=None, tags=None):
+def torch_handler(store, run, rank=None, tags=None, trace_dir=None):
     """An ``on_trace_ready`` for ``torch.profiler.profile``: each cycle's trace is stored as
     it is written, appended to ``run``, so the run can be queried while the job trains.
 
         with torch.profiler.profile(schedule=..., on_trace_ready=gpuq.torch_handler(s, "job42")) as p:
             ...
+
+    torch writes a cycle's trace once only (a second ``export_chrome_trace`` raises "Trace is
+    already saved"), so this handler cannot follow ``tensorboard_trace_handler`` in one
+    ``on_trace_ready``. To keep the trace files too (for TensorBoard or Perfetto), pass
+    ``trace_dir``: each cycle is written there under the name tensorboard_trace_handler gives
+    (``<host>_<pid>.<ms>.pt.trace.json``) and kept; without it the file is temporary.
     """
+    import socket
     import tempfile
+    import time
 
     if not isinstance(store, Store):
         store = open(store)
+    if trace_dir is not None:
+        os.makedirs(trace_dir, exist_ok=True)
+
+    def store_cycle(prof, directory):
+        name = f"{socket.gethostname()}_{os.getpid()}.{time.time_ns() // 1_000_000}.pt.trace.json"
+        path = os.path.join(directory, name)
+        prof.export_chrome_trace(path)
+        store.ingest(path, run=run, rank=rank if rank is not None else distributed_rank(),
+                     tags=tags)
 
     def handler(prof):
+        if trace_dir is not None:
+            store_cycle(prof, os.fspath(trace_dir))
+            return
         with tempfile.TemporaryDirectory(prefix="gpuq-cycle-") as d:
-            step = getattr(prof, "step_num", 0)
-            path = os.path.join(d, f"cycle-{step}.pt.trace.json")
-            prof.export_chrome_trace(path)
-            store.ingest(path, run=run, rank=rank if rank is not None else distributed_rank(),
-                         tags=tags)
+            store_cycle(prof, d)
 
     return handler
 

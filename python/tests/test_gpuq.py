@@ -32,6 +32,18 @@ def gpuq_bin():
     return str(path)
 
 
+def require_torch():
+    """PyTorch, or a skip where it is not installed (CI installs it and sets
+    GPUQ_REQUIRE_TORCH=1, so the test runs there)."""
+    try:
+        import torch
+    except ImportError:
+        if os.environ.get("GPUQ_REQUIRE_TORCH") == "1":
+            raise
+        pytest.skip("torch is not installed (GPUQ_REQUIRE_TORCH=1 requires it)")
+    return torch
+
+
 def cli(store, *args):
     o = subprocess.run([gpuq_bin(), "--store", str(store), *args], capture_output=True, text=True)
     assert o.returncode == 0, o.stderr
@@ -190,6 +202,55 @@ def test_the_torch_handler_appends_each_cycle(tmp_path):
     assert seen == [2, 4, 6]
     steps = s.sql("SELECT DISTINCT step FROM steps WHERE run = 'job' ORDER BY step").to_pandas()["step"].tolist()
     assert steps == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_real_torch_profile_is_stored_cycle_by_cycle(tmp_path):
+    """torch.profiler on a real model (CPU activities: the machine may have no GPU) with
+    gpuq.torch_handler: each cycle is queryable as soon as the schedule ends it, and the run
+    holds exactly the operators and steps of the traces torch wrote, counted here with json."""
+    import collections
+    import json
+
+    torch = require_torch()
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    s = gpuq.open(tmp_path / "store")
+    # torch writes a cycle once: the handler keeps the files it stores, to be counted below.
+    store_cycle = gpuq.torch_handler(s, "job", trace_dir=tmp_path / "traces")
+    steps_seen = []
+
+    def on_trace_ready(prof):
+        store_cycle(prof)
+        q = "SELECT count(DISTINCT step) AS n FROM steps WHERE run = 'job'"
+        steps_seen.append(int(s.sql(q).to_pandas()["n"][0]))
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 32)
+    plan = schedule(wait=1, warmup=1, active=2, repeat=2)
+    with profile(activities=[ProfilerActivity.CPU], schedule=plan, on_trace_ready=on_trace_ready) as p:
+        for _ in range(8):
+            model(x).sum().backward()
+            p.step()
+    traces = sorted((tmp_path / "traces").glob("*.pt.trace.json"))
+    assert len(traces) == 2
+    assert steps_seen == [2, 4]
+    ops, steps = collections.Counter(), set()
+    for path in traces:
+        for e in json.loads(path.read_text())["traceEvents"]:
+            if e.get("ph") != "X":
+                continue
+            if e.get("cat") == "cpu_op":
+                ops[e["name"]] += 1
+            if e.get("name", "").startswith("ProfilerStep#"):
+                steps.add(int(e["name"].split("#")[1]))
+    # Two layers in each of the four active steps.
+    assert ops["aten::linear"] == 8
+    stored = s.sql(
+        "SELECT name, count(*) AS n FROM events WHERE run = 'job' AND kind = 'cpu_op' GROUP BY name"
+    ).to_pandas()
+    assert dict(zip(stored["name"], stored["n"].astype(int))) == dict(ops)
+    stored_steps = s.sql("SELECT DISTINCT step FROM steps WHERE run = 'job' ORDER BY step").to_pandas()
+    assert stored_steps["step"].tolist() == sorted(steps) == [2, 3, 6, 7]
 
 
 def test_the_default_store_is_the_clis(monkeypatch, tmp_path):
