@@ -53,10 +53,9 @@ pub enum ExportError {
 
 pub(crate) type Result<T> = std::result::Result<T, ExportError>;
 
-/// Steps measured per read of the run's GPU operations, and GPU operations per read for the
-/// idle gaps: what bounds an export's memory, whatever the run's size.
-const STEPS_PER_READ: usize = 16;
-const OPS_PER_READ: i64 = 50_000;
+/// GPU operations per read for the idle gaps: what bounds an export's memory, whatever the
+/// run's size (the step-busy counter reads as many: [`busy_within`]).
+const OPS_PER_READ: usize = 50_000;
 
 /// The counter track of each step's GPU-busy share.
 pub const STEP_BUSY_COUNTER: &str = "GPU busy per step (%)";
@@ -319,42 +318,34 @@ pub async fn export(
     })
     .await?;
     // Per step, the share of it the GPU was busy (`step_stats`' gpu_busy), as a counter
-    // sampled at each step's start, measured a window of steps at a time.
+    // sampled at each step's start. The steps are few (24 bytes each); their GPU operations
+    // are read a window at a time.
     let steps = format!(
         "SELECT rank, ts, dur FROM steps WHERE run = {run_sql} AND {in_window} AND dur > 0 ORDER BY ts"
     );
-    let mut pending: Vec<(Option<i32>, i64, i64)> = Vec::new();
+    let mut spans: Vec<(Option<i32>, i64, i64)> = Vec::new();
     let mut stream = ctx.sql(&steps).await?.execute_stream().await?;
-    loop {
-        let next = stream.next().await.transpose()?;
-        if let Some(b) = &next {
-            let (rank, ts, dur) = (i32s(b, "rank")?, i64s(b, "ts")?, i64s(b, "dur")?);
-            pending.extend(
-                (0..b.num_rows()).map(|i| (opt(&rank, i), ts.value(i), ts.value(i) + dur.value(i))),
-            );
-        }
-        if pending.len() >= STEPS_PER_READ || (next.is_none() && !pending.is_empty()) {
-            let busy = gpuq_query::analyses::stages::busy_within(ctx, run, &pending).await?;
-            let items: Vec<Item> = pending
-                .iter()
-                .zip(busy)
-                .map(|(&(rank, s, e), busy)| Item::Counter {
-                    track: Track::Counter {
-                        rank,
-                        device: None,
-                        name: STEP_BUSY_COUNTER.into(),
-                    },
-                    ts: s,
-                    value: busy as f64 / (e - s) as f64 * 100.0,
-                })
-                .collect();
-            out.emit(&items)?;
-            pending.clear();
-        }
-        if next.is_none() {
-            break;
-        }
+    while let Some(b) = stream.next().await.transpose()? {
+        let (rank, ts, dur) = (i32s(&b, "rank")?, i64s(&b, "ts")?, i64s(&b, "dur")?);
+        spans.extend(
+            (0..b.num_rows()).map(|i| (opt(&rank, i), ts.value(i), ts.value(i) + dur.value(i))),
+        );
     }
+    let busy = gpuq_query::analyses::stages::busy_within(ctx, run, &spans).await?;
+    let items: Vec<Item> = spans
+        .iter()
+        .zip(busy)
+        .map(|(&(rank, s, e), busy)| Item::Counter {
+            track: Track::Counter {
+                rank,
+                device: None,
+                name: STEP_BUSY_COUNTER.into(),
+            },
+            ts: s,
+            value: busy as f64 / (e - s) as f64 * 100.0,
+        })
+        .collect();
+    out.emit(&items)?;
     // Idle gaps by cause, exactly `gpu_gaps`' rows, computed a window at a time: the gaps
     // ended in each part of the window, then the one each GPU is in at its end.
     let gpu_ops = |cond: &str| {
@@ -363,22 +354,8 @@ pub async fn export(
              WHERE run = {run_sql} AND ts > 0 AND dur >= 0 AND {cond} GROUP BY rank, pid, device)"
         )
     };
-    let inside = ctx
-        .sql(&format!(
-            "SELECT count(*) AS n FROM gpu_ops WHERE run = {run_sql} AND ts > 0 AND dur >= 0 AND ts >= {from_ns} AND ts < {to_ns}"
-        ))
-        .await?
-        .collect()
-        .await?;
-    let n = inside.first().and_then(|b| first(b, "n")).unwrap_or(0);
-    let parts = (n / OPS_PER_READ + 1).max(1);
-    let step = ((to_ns - from_ns) / parts).max(1);
-    let mut bounds: Vec<(i64, i64)> = (0..parts)
-        .map(|k| {
-            let a = from_ns + k * step;
-            (a, if k + 1 == parts { to_ns } else { a + step })
-        })
-        .collect();
+    let mut bounds =
+        gpuq_query::analyses::data::op_windows(ctx, run, from_ns, to_ns, OPS_PER_READ).await?;
     let after = ctx
         .sql(&gpu_ops(&format!("ts >= {to_ns}")))
         .await?
@@ -461,16 +438,19 @@ pub async fn export(
         .await?;
     }
     // Ordered, so that each counter track gets the same uuid in every export of the run (the
-    // scan's batches of several ranks arrive in any order).
+    // scan's batches of several ranks arrive in any order). The order is the files' own
+    // (nulls first, on the stored `name`), so the files are merged as they stream, not
+    // sorted in memory: a run's counters can be many.
     let counters = format!(
-        "SELECT rank, device, CAST(name AS VARCHAR) AS name, ts, value FROM counters \
-         WHERE run = {run_sql} AND {} ORDER BY rank, device, name, ts",
+        "SELECT rank, device, CAST(name AS VARCHAR) AS track, ts, value FROM counters \
+         WHERE run = {run_sql} AND {} \
+         ORDER BY rank NULLS FIRST, device NULLS FIRST, name NULLS FIRST, ts NULLS FIRST",
         within("ts", "0", "rank")
     );
     for_each_batch(ctx, &counters, |b| {
         let rank = i32s(&b, "rank")?;
         let device = i32s(&b, "device")?;
-        let name = strs(&b, "name")?;
+        let name = strs(&b, "track")?;
         let ts = i64s(&b, "ts")?;
         let value = b
             .column_by_name("value")
@@ -512,6 +492,11 @@ impl Output<'_> {
 /// that is the same on every export of the run (so are its packets and flow ids): the plan's
 /// partitions one after another, each read ahead [`READ_AHEAD`] batches while those before it
 /// are written. Round-robin repartitioning, whose interleaving depends on timing, is off.
+///
+/// A run's files are a partition each (they overlap in sort order), so a large run has many
+/// partitions: only [`PARTITIONS_AHEAD`] are read at a time besides the one being written,
+/// each started as one before it ends. Reading them all at once held an open row group and
+/// its read-ahead per file, memory that grew with the run.
 async fn for_each_batch(
     ctx: &SessionContext,
     sql: &str,
@@ -525,8 +510,7 @@ async fn for_each_batch(
         .enable_round_robin_repartition = false;
     let ordered = SessionContext::new_with_state(state);
     let partitions = ordered.sql(sql).await?.execute_stream_partitioned().await?;
-    let mut readers = Vec::with_capacity(partitions.len());
-    for mut partition in partitions {
+    let spawn = |mut partition: datafusion::physical_plan::SendableRecordBatchStream| {
         let (mut tx, rx) = futures::channel::mpsc::channel(READ_AHEAD);
         let task = SpawnedTask::spawn(async move {
             while let Some(batch) = partition.next().await {
@@ -535,10 +519,21 @@ async fn for_each_batch(
                 }
             }
         });
-        readers.push((rx, task));
+        (rx, task)
+    };
+    let mut waiting: std::collections::VecDeque<_> = partitions.into();
+    let mut reading = std::collections::VecDeque::new();
+    while reading.len() < PARTITIONS_AHEAD {
+        let Some(partition) = waiting.pop_front() else {
+            break;
+        };
+        reading.push_back(spawn(partition));
     }
     // Dropping the readers (on an error) ends their tasks.
-    for (mut rx, _task) in readers {
+    while let Some((mut rx, _task)) = reading.pop_front() {
+        if let Some(partition) = waiting.pop_front() {
+            reading.push_back(spawn(partition));
+        }
         while let Some(batch) = rx.next().await {
             each(batch?)?;
         }
@@ -548,6 +543,9 @@ async fn for_each_batch(
 
 /// Batches each partition of an export's query reads ahead of the writer.
 const READ_AHEAD: usize = 2;
+/// Partitions of an export's query read at a time (files of the run, read ahead of the one
+/// being written): enough to keep two cores busy decoding.
+const PARTITIONS_AHEAD: usize = 2;
 
 fn count(s: &mut Summary, items: &[Item<'_>]) {
     for item in items {

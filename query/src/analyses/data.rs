@@ -16,6 +16,68 @@ pub async fn collect(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
     crate::cancel::collect(ctx.sql(sql).await?).await
 }
 
+/// Splits `[lo, hi)` into consecutive windows that each hold about `per_window` of the run's
+/// GPU operations starting in them, cut at the start times' quantiles (a t-digest: one pass,
+/// bounded memory), so that work over a large run can be done a window at a time however its
+/// operations bunch up in time. At most [`MAX_WINDOWS`] windows; one when the span holds no
+/// more than `per_window`.
+pub async fn op_windows(
+    ctx: &SessionContext,
+    run: &str,
+    lo: i64,
+    hi: i64,
+    per_window: usize,
+) -> Result<Vec<(i64, i64)>> {
+    if hi <= lo {
+        return Ok(Vec::new());
+    }
+    let starting = format!(
+        "FROM gpu_ops WHERE run = {} AND ts > 0 AND dur >= 0 AND ts >= {lo} AND ts < {hi}",
+        literal(run)
+    );
+    let counted = collect(ctx, &format!("SELECT count(*) {starting}")).await?;
+    let n = counted
+        .first()
+        .map(|b| ints(b, 0))
+        .transpose()?
+        .and_then(|c| c.first().copied().flatten())
+        .unwrap_or(0) as usize;
+    let parts = (n / per_window.max(1) + 1).min(MAX_WINDOWS);
+    if parts < 2 {
+        return Ok(vec![(lo, hi)]);
+    }
+    let quantiles: Vec<String> = (1..parts)
+        .map(|k| {
+            format!(
+                "approx_percentile_cont({}) WITHIN GROUP (ORDER BY ts)",
+                k as f64 / parts as f64
+            )
+        })
+        .collect();
+    let cut = collect(ctx, &format!("SELECT {} {starting}", quantiles.join(", "))).await?;
+    let mut cuts: Vec<i64> = Vec::with_capacity(parts + 1);
+    cuts.push(lo);
+    if let Some(b) = cut.first() {
+        for i in 0..b.num_columns() {
+            let c = cast(b.column(i), &DataType::Float64)?;
+            let q = c.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+            // Quantiles come as doubles: a cut a few ns off moves an operation to the next
+            // window, which changes no result, only the balance.
+            if let Some(Some(at)) = q.iter().next() {
+                cuts.push((at as i64).clamp(lo, hi));
+            }
+        }
+    }
+    cuts.push(hi);
+    cuts.sort_unstable();
+    cuts.dedup();
+    Ok(cuts.windows(2).map(|w| (w[0], w[1])).collect())
+}
+
+/// The most windows [`op_windows`] cuts a span into (each quantile is an aggregate of one
+/// query).
+pub const MAX_WINDOWS: usize = 1024;
+
 /// Column `i` of `b` as Int64 values (NULL -> None).
 pub fn ints(b: &RecordBatch, i: usize) -> Result<Vec<Option<i64>>> {
     let c = cast(b.column(i), &DataType::Int64)?;

@@ -30,7 +30,9 @@
 //! SELECT step, fmt_dur(dur), idle_pct, top_kernel FROM step_stats('llama-bs8') WHERE vs_median > 1.2;
 //! ```
 
-use super::data::{ranges, steps, walls_with_stages, Names, OpClass, Rows, Scope, Timelines};
+use super::data::{
+    op_windows, ranges, steps, walls_with_stages, Names, OpClass, Rows, Scope, Timelines,
+};
 use super::history::stats::median_ints as median;
 use super::intervals::{covered, intersect, length, union};
 use super::{batch, Call, Spec};
@@ -300,12 +302,24 @@ fn ratio(v: i64, median: Option<f64>) -> Option<f64> {
 
 /// The step rows of `timelines` (restricted to `scope` by the caller) in `scope`.
 /// The GPU busy time (the union of the rank's GPU operations) within each of `steps`
-/// (`(rank, start, end)`): [`StepStat::gpu_busy`], reading only the operations overlapping
-/// them, so that a large run's steps can be measured a window at a time.
+/// (`(rank, start, end)`): [`StepStat::gpu_busy`]. The operations are read a window of about
+/// [`OPS_PER_WINDOW`] at a time ([`op_windows`]), each window's union clipped to it, so memory
+/// stays bounded however long the run and however many operations a step holds: the windows
+/// partition time, so the clipped unions add up to the whole union.
 pub async fn busy_within(
     ctx: &SessionContext,
     run: &str,
     steps: &[(Option<i32>, i64, i64)],
+) -> Result<Vec<i64>> {
+    busy_within_windows(ctx, run, steps, OPS_PER_WINDOW).await
+}
+
+/// [`busy_within`], reading about `per_window` operations at a time.
+pub(crate) async fn busy_within_windows(
+    ctx: &SessionContext,
+    run: &str,
+    steps: &[(Option<i32>, i64, i64)],
+    per_window: usize,
 ) -> Result<Vec<i64>> {
     let (Some(lo), Some(hi)) = (
         steps.iter().map(|s| s.1).min(),
@@ -313,13 +327,22 @@ pub async fn busy_within(
     ) else {
         return Ok(Vec::new());
     };
-    let timelines = Timelines::load_rows(ctx, run, Rows::Overlapping(lo, hi)).await?;
-    let (busy, _) = busy_by_rank(&timelines);
-    Ok(steps
-        .iter()
-        .map(|&(rank, s, e)| busy.get(&rank).map_or(0, |b| covered(b, s, e)))
-        .collect())
+    let mut busy = vec![0; steps.len()];
+    for (a, b) in op_windows(ctx, run, lo, hi, per_window).await? {
+        let timelines = Timelines::load_rows(ctx, run, Rows::Overlapping(a, b)).await?;
+        let (by_rank, _) = busy_by_rank(&timelines);
+        for (i, &(rank, s, e)) in steps.iter().enumerate() {
+            let (s, e) = (s.max(a), e.min(b));
+            if s < e {
+                busy[i] += by_rank.get(&rank).map_or(0, |u| covered(u, s, e));
+            }
+        }
+    }
+    Ok(busy)
 }
+
+/// GPU operations read at a time by [`busy_within`].
+pub const OPS_PER_WINDOW: usize = 50_000;
 
 pub async fn load_step_stats(
     ctx: &SessionContext,

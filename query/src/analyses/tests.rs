@@ -1193,3 +1193,42 @@ async fn profiler_overhead_counts_recorded_work_once_and_findings_warn_of_it() {
     );
     assert_eq!(f[0][2], "300000");
 }
+
+/// Step busy read a window of operations at a time equals `step_stats`' gpu_busy, however
+/// small the windows; the windows partition the span.
+#[tokio::test]
+async fn step_busy_a_window_at_a_time_is_step_stats_busy() {
+    let cfg = SynthConfig {
+        steps: 6,
+        ..SynthConfig::small()
+    };
+    let mut text = Vec::new();
+    write_kineto(&cfg, &mut text).unwrap();
+    let (_dir, ctx) = session_with_trace(std::str::from_utf8(&text).unwrap(), "w").await;
+    let rows = int_rows(
+        &ctx,
+        "SELECT s.rank, s.ts, s.ts + s.dur, t.gpu_busy FROM steps s \
+         JOIN step_stats('w') t ON s.step = t.step WHERE s.run = 'w' AND s.dur > 0 ORDER BY s.ts",
+    )
+    .await;
+    assert_eq!(rows.len(), 6);
+    let steps: Vec<(Option<i32>, i64, i64)> = rows
+        .iter()
+        .map(|r| (r[0].map(|v| v as i32), r[1].unwrap(), r[2].unwrap()))
+        .collect();
+    let want: Vec<i64> = rows.iter().map(|r| r[3].unwrap()).collect();
+    assert!(want.iter().all(|&b| b > 0), "{want:?}");
+    let (lo, hi) = (steps[0].1, steps.iter().map(|s| s.2).max().unwrap());
+    let windows = super::data::op_windows(&ctx, "w", lo, hi, 7).await.unwrap();
+    assert!(windows.len() > 10, "{windows:?}");
+    assert_eq!((windows[0].0, windows[windows.len() - 1].1), (lo, hi));
+    assert!(windows
+        .windows(2)
+        .all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
+    for per_window in [7, 100, 1_000_000] {
+        let got = super::stages::busy_within_windows(&ctx, "w", &steps, per_window)
+            .await
+            .unwrap();
+        assert_eq!(got, want, "{per_window} operations a window");
+    }
+}
