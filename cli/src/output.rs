@@ -3,11 +3,10 @@
 
 use crate::args::OutputFormat;
 use crate::fit;
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, StringBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::arrow::json::writer::{make_encoder, EncoderOptions};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use datafusion::arrow::util::pretty::pretty_format_batches_with_options;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -178,21 +177,55 @@ fn write_table(
             *column = fit::shorten_column(column, cap);
         }
     }
-    let fields: Vec<Field> = names
-        .iter()
-        .map(|n| Field::new(*n, DataType::Utf8, true))
-        .collect();
-    let arrays: Vec<ArrayRef> = columns
-        .into_iter()
-        .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
-        .collect();
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-    writeln!(
-        out,
-        "{}",
-        pretty_format_batches_with_options(&[batch], &FormatOptions::default())?
-    )?;
+    write_grid(out, &names, &columns)?;
     Ok(())
+}
+
+/// The table as arrow's `pretty` (comfy-table) draws it: `+---+` borders, one space of padding,
+/// left-aligned, a cell with line breaks over several lines. Written directly, because
+/// comfy-table took 0.15 s of the 0.35 s `gpuq runs` needs for 10,000 runs.
+fn write_grid(out: &mut dyn Write, names: &[&str], columns: &[Vec<String>]) -> std::io::Result<()> {
+    let widths: Vec<usize> = names
+        .iter()
+        .zip(columns)
+        .map(|(name, column)| {
+            std::iter::once(*name)
+                .chain(column.iter().map(String::as_str))
+                .flat_map(|cell| cell.split('\n'))
+                .map(fit::width)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut border = String::from("+");
+    for w in &widths {
+        border.extend(std::iter::repeat_n('-', w + 2));
+        border.push('+');
+    }
+    fn row<'a>(text: &mut String, widths: &[usize], cells: impl Iterator<Item = &'a str>) {
+        let lines: Vec<Vec<&str>> = cells.map(|c| c.split('\n').collect()).collect();
+        let height = lines.iter().map(Vec::len).max().unwrap_or(1);
+        for k in 0..height {
+            text.push('|');
+            for (cell, &w) in lines.iter().zip(widths) {
+                let part = cell.get(k).copied().unwrap_or("");
+                text.push(' ');
+                text.push_str(part);
+                text.extend(std::iter::repeat_n(' ', w - fit::width(part) + 1));
+                text.push('|');
+            }
+            text.push('\n');
+        }
+    }
+    border.push('\n');
+    let mut text = border.clone();
+    row(&mut text, &widths, names.iter().copied());
+    text.push_str(&border);
+    for r in 0..columns.first().map_or(0, Vec::len) {
+        row(&mut text, &widths, columns.iter().map(|c| c[r].as_str()));
+    }
+    text.push_str(&border);
+    out.write_all(text.as_bytes())
 }
 
 /// psql's expanded display: a `-[ RECORD n ]` line, then `column | value` per column. With a
@@ -299,7 +332,34 @@ fn json_text(field: &FieldRef, array: &dyn Array) -> anyhow::Result<ArrayRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{Int64Array, MapBuilder};
+    use datafusion::arrow::array::{Int64Array, MapBuilder, StringArray};
+
+    /// The grid is drawn as arrow's `pretty` (comfy-table) draws the same cells.
+    #[test]
+    fn the_grid_is_the_one_arrow_pretty_draws() {
+        let a: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("x\nyy"),
+            Some("zzz"),
+            Some("é✓"),
+            Some(""),
+        ]));
+        let b: ArrayRef = Arc::new(StringArray::from(vec!["2", "3", "", "long value"]));
+        let batch = RecordBatch::try_from_iter([("a", a), ("bee", b)]).unwrap();
+        let columns = cells(&batch.schema(), std::slice::from_ref(&batch)).unwrap();
+        let mut ours = Vec::new();
+        write_grid(&mut ours, &["a", "bee"], &columns).unwrap();
+        let theirs = datafusion::arrow::util::pretty::pretty_format_batches(&[batch]).unwrap();
+        assert_eq!(String::from_utf8(ours).unwrap(), format!("{theirs}\n"));
+        let empty = RecordBatch::try_from_iter([(
+            "only",
+            Arc::new(StringArray::from(Vec::<&str>::new())) as ArrayRef,
+        )])
+        .unwrap();
+        let mut ours = Vec::new();
+        write_grid(&mut ours, &["only"], &[Vec::new()]).unwrap();
+        let theirs = datafusion::arrow::util::pretty::pretty_format_batches(&[empty]).unwrap();
+        assert_eq!(String::from_utf8(ours).unwrap(), format!("{theirs}\n"));
+    }
 
     fn render(batch: &RecordBatch, format: OutputFormat, layout: Layout) -> String {
         let mut out = Vec::new();
