@@ -134,6 +134,23 @@ pub(super) async fn diff(
 
 const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
+/// The most marks a sparkline has: one line on a terminal however many runs there are.
+const SPARK_WIDTH: usize = 80;
+
+/// Consecutive values merged into at most [`SPARK_WIDTH`], each the highest of its share of
+/// the runs (a spike in one run of thousands still shows), and how many runs a mark stands for.
+fn spark_marks(values: &[Option<f64>]) -> (Vec<Option<f64>>, usize) {
+    if values.len() <= SPARK_WIDTH {
+        return (values.to_vec(), 1);
+    }
+    let per = values.len().div_ceil(SPARK_WIDTH);
+    let marks = values
+        .chunks(per)
+        .map(|c| c.iter().flatten().copied().reduce(f64::max))
+        .collect();
+    (marks, per)
+}
+
 /// A terminal sparkline of `values` (missing values as spaces).
 fn sparkline(values: &[Option<f64>]) -> String {
     let present: Vec<f64> = values.iter().flatten().copied().collect();
@@ -240,9 +257,15 @@ pub(super) async fn trend(
     )?;
     let values: Vec<Option<f64>> = points.iter().map(|p| p.value).collect();
     let changes = points.iter().filter(|p| p.change_point).count();
+    let (marks, per) = spark_marks(&values);
+    let merged = if per > 1 {
+        format!(" (a mark: the highest of {per} runs)")
+    } else {
+        String::new()
+    };
     println!(
-        "{}  {} run(s), {} change point(s); value = median per step (total for runs without steps)",
-        sparkline(&values),
+        "{}  {} run(s), {} change point(s); value = median per step (total for runs without steps){merged}",
+        sparkline(&marks),
         points.len(),
         changes
     );
@@ -466,5 +489,28 @@ fn skew_sql(run: &str, format: OutputFormat) -> String {
         )
     } else {
         sql
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sparkline_of_thousands_of_runs_fits_a_line_and_keeps_a_spike() {
+        let mut values: Vec<Option<f64>> = (0..10_033).map(|i| Some((i % 7) as f64)).collect();
+        values[5_000] = Some(100.0);
+        values[9_999] = None;
+        let (marks, per) = spark_marks(&values);
+        assert_eq!(per, 126);
+        assert!(marks.len() <= SPARK_WIDTH, "{}", marks.len());
+        let line = sparkline(&marks);
+        assert_eq!(line.chars().count(), marks.len());
+        assert_eq!(line.chars().filter(|&c| c == '█').count(), 1, "{line}");
+        assert_eq!(line.chars().nth(5_000 / per), Some('█'));
+        // Few runs: a mark each, as before.
+        let few = [Some(1.0), None, Some(3.0)];
+        assert_eq!(spark_marks(&few), (few.to_vec(), 1));
+        assert_eq!(sparkline(&few), "▁ █");
     }
 }
