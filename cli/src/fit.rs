@@ -48,9 +48,10 @@ fn tty_columns() -> Option<usize> {
     None
 }
 
-/// Display width of a cell (characters; kernel names are ASCII).
+/// Display width of a cell: the terminal columns it takes (a CJK character or an emoji two),
+/// as comfy-table measured it when it drew gpuq's tables.
 pub fn width(s: &str) -> usize {
-    s.chars().count()
+    unicode_width::UnicodeWidthStr::width(s)
 }
 
 /// The width of a pretty table whose columns are `widths` characters wide: 3 characters per

@@ -342,8 +342,9 @@ mod tests {
             Some("zzz"),
             Some("é✓"),
             Some(""),
+            Some("漢字 🙂"),
         ]));
-        let b: ArrayRef = Arc::new(StringArray::from(vec!["2", "3", "", "long value"]));
+        let b: ArrayRef = Arc::new(StringArray::from(vec!["2", "3", "", "long value", "x"]));
         let batch = RecordBatch::try_from_iter([("a", a), ("bee", b)]).unwrap();
         let columns = cells(&batch.schema(), std::slice::from_ref(&batch)).unwrap();
         let mut ours = Vec::new();

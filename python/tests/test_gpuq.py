@@ -35,12 +35,13 @@ def gpuq_bin():
 def require_torch():
     """PyTorch, or a skip where it is not installed (CI installs it and sets
     GPUQ_REQUIRE_TORCH=1, so the test runs there)."""
-    try:
-        import torch
-    except ImportError:
-        if os.environ.get("GPUQ_REQUIRE_TORCH") == "1":
-            raise
+    import importlib.util
+
+    # Installed but broken is a failure, not a skip.
+    if importlib.util.find_spec("torch") is None and os.environ.get("GPUQ_REQUIRE_TORCH") != "1":
         pytest.skip("torch is not installed (GPUQ_REQUIRE_TORCH=1 requires it)")
+    import torch
+
     return torch
 
 

@@ -137,16 +137,25 @@ const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█
 /// The most marks a sparkline has: one line on a terminal however many runs there are.
 const SPARK_WIDTH: usize = 80;
 
-/// Consecutive values merged into at most [`SPARK_WIDTH`], each the highest of its share of
-/// the runs (a spike in one run of thousands still shows), and how many runs a mark stands for.
+/// Consecutive values merged into at most [`SPARK_WIDTH`], each the value of its share of the
+/// runs farthest from the median of all (a spike or a dip in one run of thousands still
+/// shows, whichever way is worse for the metric), and how many runs a mark stands for.
 fn spark_marks(values: &[Option<f64>]) -> (Vec<Option<f64>>, usize) {
     if values.len() <= SPARK_WIDTH {
         return (values.to_vec(), 1);
     }
+    let mut present: Vec<f64> = values.iter().flatten().copied().collect();
+    present.sort_by(f64::total_cmp);
+    let median = present.get(present.len() / 2).copied().unwrap_or(0.0);
     let per = values.len().div_ceil(SPARK_WIDTH);
     let marks = values
         .chunks(per)
-        .map(|c| c.iter().flatten().copied().reduce(f64::max))
+        .map(|c| {
+            c.iter()
+                .flatten()
+                .copied()
+                .max_by(|a, b| (a - median).abs().total_cmp(&(b - median).abs()))
+        })
         .collect();
     (marks, per)
 }
@@ -259,7 +268,7 @@ pub(super) async fn trend(
     let changes = points.iter().filter(|p| p.change_point).count();
     let (marks, per) = spark_marks(&values);
     let merged = if per > 1 {
-        format!(" (a mark: the highest of {per} runs)")
+        format!(" (a mark: of {per} runs, the one farthest from the median)")
     } else {
         String::new()
     };
@@ -497,9 +506,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sparkline_of_thousands_of_runs_fits_a_line_and_keeps_a_spike() {
+    fn a_sparkline_of_thousands_of_runs_fits_a_line_and_keeps_a_spike_and_a_dip() {
         let mut values: Vec<Option<f64>> = (0..10_033).map(|i| Some((i % 7) as f64)).collect();
         values[5_000] = Some(100.0);
+        values[7_000] = Some(-100.0);
         values[9_999] = None;
         let (marks, per) = spark_marks(&values);
         assert_eq!(per, 126);
@@ -508,6 +518,9 @@ mod tests {
         assert_eq!(line.chars().count(), marks.len());
         assert_eq!(line.chars().filter(|&c| c == '█').count(), 1, "{line}");
         assert_eq!(line.chars().nth(5_000 / per), Some('█'));
+        // The dip shows as well.
+        assert_eq!(line.chars().filter(|&c| c == '▁').count(), 1, "{line}");
+        assert_eq!(line.chars().nth(7_000 / per), Some('▁'));
         // Few runs: a mark each, as before.
         let few = [Some(1.0), None, Some(3.0)];
         assert_eq!(spark_marks(&few), (few.to_vec(), 1));

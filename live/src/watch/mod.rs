@@ -14,7 +14,8 @@
 //!
 //! Files are looked for in the directory and in subdirectories of it, a few levels down
 //! (rocprofv3 writes its output under `%hostname%/%pid%`-style directories), but never in
-//! the store itself. A rocprofv3 output's CSV tables are read together, as `gpuq ingest` of
+//! the store itself; below the top level only files named as profilers name them
+//! ([`names::profiler_output`]). A rocprofv3 output's CSV tables are read together, as `gpuq ingest` of
 //! the directory would: its GPU rows find their launches and process in its API tables, so
 //! the output is appended once none of its files is still settling.
 //!
@@ -366,6 +367,11 @@ impl Walk {
                     }
                     continue;
                 }
+                // Below the top level only what profilers name their files: configs, logs
+                // and results of other tools there are no traces, and would be reported.
+                if depth > 0 && !names::profiler_output(&path) {
+                    continue;
+                }
                 // Gone between the listing and now, or not a file (a link to a directory):
                 // nothing to read.
                 let Ok(seen) = observe(&path) else { continue };
@@ -442,15 +448,27 @@ fn append(
         stage_log_from: (format == Some(Format::StageLog)).then(|| tracker.read_to(path)),
         ..opts.ingest.clone()
     };
+    if let Some(output) = gpuq_ingest::output_named(&unit[0]) {
+        if tracker.any_stored(|p| gpuq_ingest::output_named(p).as_ref() == Some(&output)) {
+            reporter.event(WatchEvent::Note(&format!(
+                "{} joins a rocprofv3 output stored before it: appended apart, its GPU rows \
+                 find no launches in the tables stored then (raise --settle if the tables \
+                 of an output are written more than that apart)",
+                path.display()
+            )));
+        }
+    }
     if opts.rank_from == RankFrom::Path {
-        match rank_of(&walk.relative(path)) {
+        // The file's name first; a directory's (`rank3/4242_kernel_trace.csv`) only where
+        // the name gives none.
+        match rank_of(&name).or_else(|| rank_of(&walk.relative(path))) {
             Some(rank) => ingest.rank = Some(rank),
             None => {
                 return fail(
                     unit,
                     path,
-                    "the file name gives no rank (--rank-from path: worker3.*, rank-3.*, \
-                     rank_3.*, rank3.*)"
+                    "the file name and its directories give no rank (--rank-from path: \
+                     worker3.*, rank-3.*, rank_3.*, rank3.*)"
                         .into(),
                     tracker,
                     summary,

@@ -1,6 +1,8 @@
 //! What a file's name says: whether it may be a trace file being written into the watched
 //! directory, and the rank it names (`--rank-from path`).
 
+use std::path::Path;
+
 /// Names that are traces by their extension: Kineto JSON (plain, gzip, zstd), Nsight Systems
 /// SQLite exports, rocprofv3 CSV tables. Other names are traces only if their content is
 /// recognised (stage logs have no extension of their own).
@@ -44,6 +46,26 @@ pub fn complete_when_closed(name: &str) -> bool {
         && [".json", ".json.gz", ".json.zst"]
             .iter()
             .any(|s| lower.ends_with(s))
+}
+
+/// Whether `path` is named as profilers name their output: Kineto's `*.pt.trace.json` (plain,
+/// gzip, zstd), Nsight Systems exports (`*.sqlite`), rocprofv3's CSV tables
+/// (`<pid>_kernel_trace.csv`, ...). The watch reads only these below the watched directory.
+pub fn profiler_output(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let lower = name.to_ascii_lowercase();
+    kind_of(name) == NameKind::Trace
+        && ([
+            ".pt.trace.json",
+            ".pt.trace.json.gz",
+            ".pt.trace.json.zst",
+            ".sqlite",
+        ]
+        .iter()
+        .any(|s| lower.ends_with(s))
+            || gpuq_ingest::output_named(path).is_some())
 }
 
 /// The rank a file name gives: `worker3.*`, `rank-3.*`, `rank_3.*`, `rank3.*`, also after a
@@ -99,6 +121,26 @@ mod tests {
         }
         for name in ["train.log", "stages.jsonl", "README"] {
             assert_eq!(kind_of(name), NameKind::ByContent, "{name}");
+        }
+    }
+
+    #[test]
+    fn below_the_top_level_only_profiler_names_count() {
+        for name in [
+            "node1/worker0.1700000000000.pt.trace.json.gz",
+            "node1/report.sqlite",
+            "node1/4242_kernel_trace.csv",
+            "node1/4242_hip_api_trace.csv",
+        ] {
+            assert!(profiler_output(Path::new(name)), "{name}");
+        }
+        for name in [
+            "wandb/config.json",
+            "results/metrics.csv",
+            "logs/train.log",
+            "node1/.4242_kernel_trace.csv",
+        ] {
+            assert!(!profiler_output(Path::new(name)), "{name}");
         }
     }
 

@@ -221,7 +221,8 @@ fn ranks_come_from_file_names_when_asked() {
     assert!(lines
         .take()
         .iter()
-        .any(|l| l.starts_with("failed host_77.json: the file name gives no rank")));
+        .any(|l| l
+            .starts_with("failed host_77.json: the file name and its directories give no rank")));
     let manifest = f.store.manifest().unwrap();
     let meta = &manifest.runs[&f.opts.run].meta;
     assert_eq!(meta.ranks, [3, 5]);
@@ -359,4 +360,33 @@ fn outputs_of_two_processes_in_one_directory_are_two_appends_and_the_store_is_no
     let mut members: Vec<usize> = sources.iter().map(|s| s.files.len()).collect();
     members.sort();
     assert_eq!(members, [2, 3]);
+}
+
+#[test]
+fn a_table_written_after_its_output_was_stored_is_appended_apart_and_said() {
+    let f = fixture();
+    let node = f.dir.join("node1");
+    std::fs::create_dir(&node).unwrap();
+    let tables = rocprof_fixture("modern");
+    let (late, early) = tables.split_last().unwrap();
+    for table in early {
+        std::fs::copy(table, node.join(table.file_name().unwrap())).unwrap();
+    }
+    let lines = Lines::default();
+    assert_eq!(f.run_once(&lines).stored, 1);
+    assert_eq!(lines.take(), ["stored 4242_*.csv"]);
+    // A restarted watch finds the last table: it knows the others as stored.
+    std::fs::copy(late, node.join(late.file_name().unwrap())).unwrap();
+    let s = f.run_once(&lines);
+    assert_eq!((s.stored, s.resumed), (1, early.len()));
+    let got = lines.take();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got[0].starts_with("note ") && got[0].contains("joins a rocprofv3 output stored before it"),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[1],
+        format!("stored {}", late.file_name().unwrap().to_string_lossy())
+    );
 }

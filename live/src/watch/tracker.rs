@@ -228,8 +228,9 @@ impl Tracker {
 
     /// What is ready to read, each a list of files read as one, in [`Self::ready`]'s order: a
     /// file alone, or the files that `group_of` puts in one group (a rocprofv3 output's CSV
-    /// tables) once none of them is still settling. A group's files found cut short or bad
-    /// before are read again with it.
+    /// tables) once none of them is still settling. A group's files found cut short, bad or
+    /// abandoned before are read again with it, so that a group is never stored in parts
+    /// because its files timed out one by one.
     pub fn ready_units(
         &self,
         now: Instant,
@@ -250,8 +251,10 @@ impl Tracker {
                 .files
                 .iter()
                 .filter(|(p, t)| {
-                    matches!(t.state, State::Waiting | State::Truncated | State::Failed)
-                        && group_of(p).as_ref() == Some(&group)
+                    matches!(
+                        t.state,
+                        State::Waiting | State::Truncated | State::Failed | State::Abandoned
+                    ) && group_of(p).as_ref() == Some(&group)
                 })
                 .collect();
             let settling = members
@@ -262,6 +265,13 @@ impl Tracker {
             }
         }
         units
+    }
+
+    /// Whether a stored file is one that `pick` picks.
+    pub fn any_stored(&self, pick: impl Fn(&Path) -> bool) -> bool {
+        self.files
+            .iter()
+            .any(|(p, t)| t.state == State::Stored && pick(p))
     }
 
     /// Files found truncated that have not changed for the incomplete timeout: marked
@@ -514,6 +524,15 @@ mod tests {
         t.observe(kernels, at(20, wall + SETTLE * 2), later);
         assert_eq!(
             t.ready_units(later + SETTLE, wall + SETTLE * 3, group_of),
+            vec![vec![api.to_path_buf(), kernels.to_path_buf()]]
+        );
+        // Abandoned after the timeout, then one changes: still read together, never in parts.
+        t.set(api, State::Abandoned);
+        t.set(kernels, State::Abandoned);
+        let latest = later + SETTLE * 4;
+        t.observe(api, at(30, wall + SETTLE * 4), latest);
+        assert_eq!(
+            t.ready_units(latest + SETTLE, wall + SETTLE * 5, group_of),
             vec![vec![api.to_path_buf(), kernels.to_path_buf()]]
         );
     }

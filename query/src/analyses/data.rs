@@ -17,10 +17,12 @@ pub async fn collect(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
 }
 
 /// Splits `[lo, hi)` into consecutive windows that each hold about `per_window` of the run's
-/// GPU operations starting in them, cut at the start times' quantiles (a t-digest: one pass,
-/// bounded memory), so that work over a large run can be done a window at a time however its
-/// operations bunch up in time. At most [`MAX_WINDOWS`] windows; one when the span holds no
-/// more than `per_window`.
+/// GPU operations starting in them, so that work over a large run can be done a window at a
+/// time however its operations bunch up in time. One pass counts the operations in
+/// [`WINDOW_BUCKETS_PER_WINDOW`] equal slices of time per window expected (at most
+/// [`MAX_WINDOW_BUCKETS`]), and the windows are cut between slices where the running count
+/// reaches `per_window`: integer arithmetic, memory of the slices only. A slice that holds
+/// more than `per_window` on its own (a burst) is one window.
 pub async fn op_windows(
     ctx: &SessionContext,
     run: &str,
@@ -41,42 +43,52 @@ pub async fn op_windows(
         .map(|b| ints(b, 0))
         .transpose()?
         .and_then(|c| c.first().copied().flatten())
-        .unwrap_or(0) as usize;
-    let parts = (n / per_window.max(1) + 1).min(MAX_WINDOWS);
-    if parts < 2 {
+        .unwrap_or(0)
+        .max(0) as usize;
+    let per_window = per_window.max(1);
+    if n <= per_window {
         return Ok(vec![(lo, hi)]);
     }
-    let quantiles: Vec<String> = (1..parts)
-        .map(|k| {
-            format!(
-                "approx_percentile_cont({}) WITHIN GROUP (ORDER BY ts)",
-                k as f64 / parts as f64
-            )
-        })
-        .collect();
-    let cut = collect(ctx, &format!("SELECT {} {starting}", quantiles.join(", "))).await?;
-    let mut cuts: Vec<i64> = Vec::with_capacity(parts + 1);
-    cuts.push(lo);
-    if let Some(b) = cut.first() {
-        for i in 0..b.num_columns() {
-            let c = cast(b.column(i), &DataType::Float64)?;
-            let q = c.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
-            // Quantiles come as doubles: a cut a few ns off moves an operation to the next
-            // window, which changes no result, only the balance.
-            if let Some(Some(at)) = q.iter().next() {
-                cuts.push((at as i64).clamp(lo, hi));
-            }
+    let slices = (n / per_window + 1)
+        .saturating_mul(WINDOW_BUCKETS_PER_WINDOW)
+        .min(MAX_WINDOW_BUCKETS) as i64;
+    let span = hi - lo;
+    let width = (span / slices + i64::from(span % slices != 0)).max(1);
+    let mut counts: Vec<(i64, i64)> = Vec::new();
+    for b in collect(
+        ctx,
+        &format!("SELECT (ts - {lo}) / {width} AS slice, count(*) AS n {starting} GROUP BY slice"),
+    )
+    .await?
+    {
+        let (slice, count) = (ints(&b, 0)?, ints(&b, 1)?);
+        counts.extend(
+            slice
+                .into_iter()
+                .zip(count)
+                .filter_map(|(s, c)| Some((s?, c?))),
+        );
+    }
+    counts.sort_unstable();
+    let mut windows = Vec::new();
+    let (mut start, mut held) = (lo, 0i64);
+    for (slice, count) in counts {
+        held += count;
+        let end = lo.saturating_add((slice + 1).saturating_mul(width)).min(hi);
+        if held >= per_window as i64 && end < hi {
+            windows.push((start, end));
+            (start, held) = (end, 0);
         }
     }
-    cuts.push(hi);
-    cuts.sort_unstable();
-    cuts.dedup();
-    Ok(cuts.windows(2).map(|w| (w[0], w[1])).collect())
+    windows.push((start, hi));
+    Ok(windows)
 }
 
-/// The most windows [`op_windows`] cuts a span into (each quantile is an aggregate of one
-/// query).
-pub const MAX_WINDOWS: usize = 1024;
+/// Slices of time counted per window expected by [`op_windows`]: the finer, the closer each
+/// window comes to its share.
+const WINDOW_BUCKETS_PER_WINDOW: usize = 16;
+/// The most slices [`op_windows`] counts (rows of its one GROUP BY).
+const MAX_WINDOW_BUCKETS: usize = 1 << 16;
 
 /// Column `i` of `b` as Int64 values (NULL -> None).
 pub fn ints(b: &RecordBatch, i: usize) -> Result<Vec<Option<i64>>> {

@@ -209,7 +209,18 @@ pub fn named_as_output(path: &Path) -> bool {
 /// no rocprofv3 table's. The files of one output must be read together: GPU rows find their
 /// launches and process in the API tables.
 pub fn output_named(path: &Path) -> Option<PathBuf> {
-    named_as_output(path).then(|| output_of(path).0)
+    let name = path.file_name()?.to_str()?;
+    let (table, _) = Table::of_file_name(name)?;
+    if table == Table::Stats {
+        // `<pid>_kernel_stats.csv`: the output is the process's, as for its other tables.
+        let digits = name.len() - name.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let prefix = match &name[digits..] {
+            rest if digits > 0 && rest.starts_with('_') => &name[..=digits],
+            _ => "",
+        };
+        return Some(path.parent().unwrap_or(Path::new("")).join(prefix));
+    }
+    Some(output_of(path).0)
 }
 
 /// Recognises a rocprofv3 CSV by its header line (content, not file name). None = not a
