@@ -15,9 +15,9 @@
 //! Files are looked for in the directory and in subdirectories of it, a few levels down
 //! (rocprofv3 writes its output under `%hostname%/%pid%`-style directories), but never in
 //! the store itself; below the top level only files named as profilers name them
-//! ([`names::profiler_output`]). A rocprofv3 output's CSV tables are read together, as `gpuq ingest` of
-//! the directory would: its GPU rows find their launches and process in its API tables, so
-//! the output is appended once none of its files is still settling.
+//! ([`names::profiler_output`]). A rocprofv3 output's CSV tables are read together, as
+//! `gpuq ingest` of the directory would: its GPU rows find their launches and process in its
+//! API tables, so the output is appended once none of its files is still settling.
 //!
 //! Stage logs are the exception: they grow line by line while the job runs. Each time one
 //! grows and settles, its complete lines are read again and the stages that ended in the new
@@ -415,11 +415,6 @@ fn append(
 ) -> Result<(), WatchError> {
     let shown = shown_path(unit);
     let path = shown.as_path();
-    let set_all = |tracker: &mut Tracker, state: State| {
-        for p in unit {
-            tracker.set(p, state);
-        }
-    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -438,7 +433,7 @@ fn append(
         .iter()
         .any(|p| tracker.observed(p).is_some_and(|o| o.size == 0))
     {
-        set_all(tracker, State::Truncated);
+        tracker.set_each(unit, State::Truncated);
         return Ok(());
     }
     let mut ingest = IngestOptions {
@@ -484,7 +479,7 @@ fn append(
             let report = &reports[0];
             match report.read_to {
                 Some(read_to) => tracker.stored_to(path, read_to),
-                None => set_all(tracker, State::Stored),
+                None => tracker.set_each(unit, State::Stored),
             }
             match report.duplicates.first() {
                 Some((_, holder)) if report.files == 0 => {
@@ -502,7 +497,7 @@ fn append(
             Ok(())
         }
         Err(e) if e.is_truncated() => {
-            set_all(tracker, State::Truncated);
+            tracker.set_each(unit, State::Truncated);
             Ok(())
         }
         Err(e @ IngestError::Store(_)) => Err(WatchError::Ingest(e)),
@@ -555,9 +550,7 @@ fn fail(
     summary: &mut WatchSummary,
     reporter: &mut dyn WatchReporter,
 ) -> Result<(), WatchError> {
-    for p in unit {
-        tracker.set(p, State::Failed);
-    }
+    tracker.set_each(unit, State::Failed);
     summary.failed += 1;
     reporter.event(WatchEvent::Failed { path, error });
     Ok(())

@@ -168,6 +168,13 @@ impl Tracker {
         }
     }
 
+    /// [`Self::set`] for each of `paths` (the files of one unit).
+    pub fn set_each(&mut self, paths: &[PathBuf], state: State) {
+        for p in paths {
+            self.set(p, state);
+        }
+    }
+
     pub fn set(&mut self, path: &Path, state: State) {
         if let Some(t) = self.files.get_mut(path) {
             t.state = state;

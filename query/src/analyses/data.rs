@@ -19,10 +19,9 @@ pub async fn collect(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
 /// Splits `[lo, hi)` into consecutive windows that each hold about `per_window` of the run's
 /// GPU operations starting in them, so that work over a large run can be done a window at a
 /// time however its operations bunch up in time. One pass counts the operations in
-/// [`WINDOW_BUCKETS_PER_WINDOW`] equal slices of time per window expected (at most
-/// [`MAX_WINDOW_BUCKETS`]), and the windows are cut between slices where the running count
-/// reaches `per_window`: integer arithmetic, memory of the slices only. A slice that holds
-/// more than `per_window` on its own (a burst) is one window.
+/// [`WINDOW_SLICES`] equal slices of time, and the windows are cut between slices where the
+/// running count reaches `per_window`: integer arithmetic, memory of the slices only. A slice
+/// that holds more than `per_window` on its own (a burst) is one window.
 pub async fn op_windows(
     ctx: &SessionContext,
     run: &str,
@@ -33,34 +32,15 @@ pub async fn op_windows(
     if hi <= lo {
         return Ok(Vec::new());
     }
-    let starting = format!(
-        "FROM gpu_ops WHERE run = {} AND ts > 0 AND dur >= 0 AND ts >= {lo} AND ts < {hi}",
+    let span = hi - lo;
+    let width = (span / WINDOW_SLICES + i64::from(span % WINDOW_SLICES != 0)).max(1);
+    let sql = format!(
+        "SELECT (ts - {lo}) / {width} AS slice, count(*) AS n FROM gpu_ops \
+         WHERE run = {} AND ts > 0 AND dur >= 0 AND ts >= {lo} AND ts < {hi} GROUP BY slice",
         literal(run)
     );
-    let counted = collect(ctx, &format!("SELECT count(*) {starting}")).await?;
-    let n = counted
-        .first()
-        .map(|b| ints(b, 0))
-        .transpose()?
-        .and_then(|c| c.first().copied().flatten())
-        .unwrap_or(0)
-        .max(0) as usize;
-    let per_window = per_window.max(1);
-    if n <= per_window {
-        return Ok(vec![(lo, hi)]);
-    }
-    let slices = (n / per_window + 1)
-        .saturating_mul(WINDOW_BUCKETS_PER_WINDOW)
-        .min(MAX_WINDOW_BUCKETS) as i64;
-    let span = hi - lo;
-    let width = (span / slices + i64::from(span % slices != 0)).max(1);
     let mut counts: Vec<(i64, i64)> = Vec::new();
-    for b in collect(
-        ctx,
-        &format!("SELECT (ts - {lo}) / {width} AS slice, count(*) AS n {starting} GROUP BY slice"),
-    )
-    .await?
-    {
+    for b in collect(ctx, &sql).await? {
         let (slice, count) = (ints(&b, 0)?, ints(&b, 1)?);
         counts.extend(
             slice
@@ -70,12 +50,13 @@ pub async fn op_windows(
         );
     }
     counts.sort_unstable();
+    let per_window = per_window.max(1) as i64;
     let mut windows = Vec::new();
     let (mut start, mut held) = (lo, 0i64);
     for (slice, count) in counts {
         held += count;
         let end = lo.saturating_add((slice + 1).saturating_mul(width)).min(hi);
-        if held >= per_window as i64 && end < hi {
+        if held >= per_window && end < hi {
             windows.push((start, end));
             (start, held) = (end, 0);
         }
@@ -84,11 +65,9 @@ pub async fn op_windows(
     Ok(windows)
 }
 
-/// Slices of time counted per window expected by [`op_windows`]: the finer, the closer each
-/// window comes to its share.
-const WINDOW_BUCKETS_PER_WINDOW: usize = 16;
-/// The most slices [`op_windows`] counts (rows of its one GROUP BY).
-const MAX_WINDOW_BUCKETS: usize = 1 << 16;
+/// The slices of time [`op_windows`] counts operations in (rows of its one GROUP BY): fine
+/// enough that a window of 50,000 comes close to its share in a run of billions.
+const WINDOW_SLICES: i64 = 1 << 16;
 
 /// Column `i` of `b` as Int64 values (NULL -> None).
 pub fn ints(b: &RecordBatch, i: usize) -> Result<Vec<Option<i64>>> {
